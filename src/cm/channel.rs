@@ -1,0 +1,115 @@
+//! Event channels: a FIFO of pending events and an fd that `poll()` reports
+//! readable while the FIFO is not empty.
+
+use super::event::Pending;
+use super::registry::{lock, Table};
+use crate::sys::{Errno, Flag, Result};
+use rdma_abi::cma::rdma_event_channel;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
+
+pub struct Channel {
+    flag: Flag,
+    queue: Mutex<VecDeque<Pending>>,
+    cond: Condvar,
+}
+
+/// What C sees: the public struct first, so `&public` is the handle.
+#[repr(C)]
+pub struct ChannelBox {
+    pub public: rdma_event_channel,
+    pub inner: Arc<Channel>,
+}
+
+static CHANNELS: LazyLock<Table<Arc<Channel>>> = LazyLock::new(Table::new);
+
+impl Channel {
+    pub fn new() -> Result<Arc<Channel>> {
+        Ok(Arc::new(Channel {
+            flag: Flag::new()?,
+            queue: Mutex::new(VecDeque::new()),
+            cond: Condvar::new(),
+        }))
+    }
+
+    pub fn fd(&self) -> i32 {
+        self.flag.raw()
+    }
+
+    pub fn push(&self, p: Pending) {
+        let mut q = lock(&self.queue);
+        if q.is_empty() {
+            self.flag.raise();
+        }
+        q.push_back(p);
+        self.cond.notify_all();
+    }
+
+    /// Next event; blocks unless the application made the fd non-blocking.
+    pub fn pop(&self) -> Result<Pending> {
+        let mut q = lock(&self.queue);
+        loop {
+            if let Some(p) = q.pop_front() {
+                if q.is_empty() {
+                    self.flag.lower();
+                }
+                return Ok(p);
+            }
+            if self.flag.nonblocking() {
+                return Err(Errno::EAGAIN);
+            }
+            // Re-check O_NONBLOCK now and then: the app may flip it while we wait.
+            q = self
+                .cond
+                .wait_timeout(q, std::time::Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Takes out every queued event that `pred` selects (an id being destroyed
+    /// or migrated loses its unread events, as with the kernel).
+    pub fn take_where(&self, pred: impl Fn(&Pending) -> bool) -> Vec<Pending> {
+        let mut q = lock(&self.queue);
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(q.len());
+        for p in q.drain(..) {
+            if pred(&p) {
+                out.push(p);
+            } else {
+                keep.push_back(p);
+            }
+        }
+        *q = keep;
+        if q.is_empty() {
+            self.flag.lower();
+        }
+        out
+    }
+}
+
+impl ChannelBox {
+    /// Allocates a channel and registers its public handle.
+    pub fn create() -> Result<*mut rdma_event_channel> {
+        let inner = Channel::new()?;
+        let b = Box::new(ChannelBox { public: rdma_event_channel { fd: inner.fd() }, inner: inner.clone() });
+        let ptr = Box::into_raw(b);
+        // `public` is the first field of a repr(C) struct: same address.
+        let public = ptr as *mut rdma_event_channel;
+        CHANNELS.insert(public, inner);
+        Ok(public)
+    }
+
+    pub fn lookup(public: *const rdma_event_channel) -> Result<Arc<Channel>> {
+        CHANNELS.get(public).ok_or(Errno::EINVAL)
+    }
+
+    /// Unregisters and frees a channel made by `create`.
+    pub fn destroy(public: *mut rdma_event_channel) -> Result<()> {
+        CHANNELS.remove(public).ok_or(Errno::EINVAL)?;
+        // SAFETY: the table held this pointer, so it came from Box::into_raw in
+        // `create` and has not been freed (removal above makes this the only free).
+        drop(unsafe { Box::from_raw(public as *mut ChannelBox) });
+        Ok(())
+    }
+}

@@ -1,0 +1,123 @@
+//! Events: `Pending` is an event waiting in a channel; `EventBox` is the
+//! allocation handed to the application by `rdma_get_cm_event` until it acks it.
+
+use super::id::IdCore;
+use super::registry::Table;
+use crate::sys::{Errno, Result};
+use rdma_abi::cma::{rdma_cm_event, rdma_cm_event_param, rdma_cm_id};
+use std::sync::{Arc, LazyLock};
+
+/// The largest private data any transport carries (kernel ABI buffer).
+pub const MAX_PRIVATE_DATA: usize = 256;
+
+/// Raw event parameters. The union holds C pointers only as values to copy out.
+#[derive(Clone, Copy)]
+pub struct Param(pub rdma_cm_event_param);
+// SAFETY: the pointers inside are never dereferenced by us; they are data for C.
+unsafe impl Send for Param {}
+
+impl Param {
+    pub fn zeroed() -> Param {
+        // SAFETY: all-zero is a valid value for this plain-data union.
+        Param(unsafe { std::mem::zeroed() })
+    }
+    pub fn arg(arg: u64) -> Param {
+        let mut p = Param::zeroed();
+        p.0.arg = arg;
+        p
+    }
+}
+
+/// An id pointer that travels between threads as plain data.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct IdPtr(pub *mut rdma_cm_id);
+// SAFETY: only compared and handed to C; dereferenced under the id's own rules.
+unsafe impl Send for IdPtr {}
+unsafe impl Sync for IdPtr {}
+
+pub struct Pending {
+    /// The id the event is counted on (the listener for CONNECT_REQUEST).
+    pub owner: Arc<IdCore>,
+    /// `event->id`: the owner itself, or the new id of a CONNECT_REQUEST.
+    pub id: IdPtr,
+    pub listen_id: IdPtr,
+    pub event: u32,
+    pub status: i32,
+    pub param: Param,
+    /// Private data; copied behind the event and pointed to by the param.
+    pub private: Vec<u8>,
+    /// Set when `param` is the `ud` member (else `conn`), for the private data pointer.
+    pub ud: bool,
+}
+
+/// What C sees, the public struct first; private data lives inside the same
+/// allocation so it stays valid until the ack.
+#[repr(C)]
+pub struct EventBox {
+    pub public: rdma_cm_event,
+    pub private: [u8; MAX_PRIVATE_DATA],
+    pub owner: Arc<IdCore>,
+}
+
+static EVENTS: LazyLock<Table<Arc<IdCore>>> = LazyLock::new(Table::new);
+
+impl EventBox {
+    /// Turns a pending event into the allocation given to the application and
+    /// counts it as reported on its owner.
+    pub fn deliver(p: Pending) -> *mut rdma_cm_event {
+        let mut b = Box::new(EventBox {
+            public: rdma_cm_event {
+                id: p.id.0,
+                listen_id: p.listen_id.0,
+                event: p.event,
+                status: p.status,
+                param: p.param.0,
+            },
+            private: [0; MAX_PRIVATE_DATA],
+            owner: p.owner.clone(),
+        });
+        let n = p.private.len().min(MAX_PRIVATE_DATA);
+        b.private[..n].copy_from_slice(&p.private[..n]);
+        if n > 0 {
+            let data = b.private.as_ptr().cast();
+            if p.ud {
+                b.public.param.ud.private_data = data;
+                b.public.param.ud.private_data_len = n as u8;
+            } else {
+                b.public.param.conn.private_data = data;
+                b.public.param.conn.private_data_len = n as u8;
+            }
+        }
+        p.owner.reported();
+        let ptr = Box::into_raw(b) as *mut rdma_cm_event;
+        EVENTS.insert(ptr, p.owner);
+        ptr
+    }
+
+    /// Frees a delivered event and counts it as acked on its owner.
+    pub fn ack(ev: *mut rdma_cm_event) -> Result<()> {
+        let owner = EVENTS.remove(ev).ok_or(Errno::EINVAL)?;
+        // SAFETY: the table held this pointer, so it came from Box::into_raw in
+        // `deliver` and is freed only here, once (it was just removed).
+        drop(unsafe { Box::from_raw(ev as *mut EventBox) });
+        owner.acked();
+        Ok(())
+    }
+
+    pub fn is_live(ev: *const rdma_cm_event) -> bool {
+        EVENTS.get(ev).is_some()
+    }
+}
+
+/// Counts of reported and acked events for one id.
+#[derive(Default)]
+pub struct Acct {
+    pub reported: u64,
+    pub acked: u64,
+}
+
+impl Acct {
+    pub fn outstanding(&self) -> u64 {
+        self.reported - self.acked
+    }
+}

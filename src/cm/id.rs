@@ -1,0 +1,267 @@
+//! Communication identifiers: the public `rdma_cm_id` plus the library's
+//! state for it, and the calls that need no device (create, destroy,
+//! migrate, user events, synchronous completion).
+
+use super::channel::{Channel, ChannelBox};
+use super::event::{Acct, EventBox, IdPtr, Param, Pending};
+use super::options::Options;
+use super::registry::{lock, Table};
+use crate::sys::{Errno, Result};
+use rdma_abi::cma::*;
+use rdma_abi::verbs::ibv_ece;
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
+
+const IBV_QPT_RC: u32 = 2;
+const IBV_QPT_UD: u32 = 4;
+
+/// The per-id state that is not in the public struct.
+pub struct IdState {
+    pub acct: Acct,
+    pub channel: Arc<Channel>,
+    /// Sync mode: the private channel this id owns.
+    pub private_channel: Option<ChannelPtr>,
+    pub alive: bool,
+    pub options: Options,
+    pub local_ece: ibv_ece,
+    pub remote_ece: ibv_ece,
+    /// Result of `rdma_resolve_addrinfo`, handed over by `rdma_query_addrinfo`.
+    pub resolved: Option<crate::addrinfo::List>,
+}
+
+#[derive(Clone, Copy)]
+pub struct ChannelPtr(pub *mut rdma_event_channel);
+// SAFETY: a registered handle, used only through ChannelBox's functions.
+unsafe impl Send for ChannelPtr {}
+
+pub struct IdCore {
+    pub ptr: IdPtr,
+    st: Mutex<IdState>,
+    cond: Condvar,
+}
+
+/// What C sees: the public struct first, so `&public` is the handle.
+#[repr(C)]
+pub struct IdBox {
+    pub public: rdma_cm_id,
+    pub core: Arc<IdCore>,
+}
+
+static IDS: LazyLock<Table<Arc<IdCore>>> = LazyLock::new(Table::new);
+
+/// `qp_type` implied by a port space; `None` for an unknown one.
+pub fn qp_type_for(ps: u32) -> Option<u32> {
+    match ps {
+        RDMA_PS_IPOIB | RDMA_PS_UDP => Some(IBV_QPT_UD),
+        RDMA_PS_TCP | RDMA_PS_IB => Some(IBV_QPT_RC),
+        _ => None,
+    }
+}
+
+impl IdCore {
+    pub fn state(&self) -> MutexGuard<'_, IdState> {
+        lock(&self.st)
+    }
+
+    pub(crate) fn reported(&self) {
+        self.state().acct.reported += 1;
+    }
+
+    pub(crate) fn acked(&self) {
+        self.state().acct.acked += 1;
+        self.cond.notify_all();
+    }
+
+    /// Runs `f` on the public struct. The struct lives while `alive` is set,
+    /// and the state lock keeps destroy from freeing it meanwhile.
+    pub fn with_public<R>(&self, f: impl FnOnce(&mut rdma_cm_id) -> R) -> Result<R> {
+        let st = self.state();
+        if !st.alive {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: `alive` is cleared (under this lock) before the IdBox is freed,
+        // and the pointer came from Box::into_raw in `create`.
+        let r = f(unsafe { &mut *self.ptr.0 });
+        drop(st);
+        Ok(r)
+    }
+
+    pub fn channel(&self) -> Arc<Channel> {
+        self.state().channel.clone()
+    }
+
+    pub fn is_sync(&self) -> bool {
+        self.state().private_channel.is_some()
+    }
+
+    /// An event owned by and about this id.
+    pub fn pending(self: &Arc<Self>, event: u32, status: i32, param: Param) -> Pending {
+        Pending {
+            owner: self.clone(),
+            id: self.ptr,
+            listen_id: IdPtr(std::ptr::null_mut()),
+            event,
+            status,
+            param,
+            private: Vec::new(),
+            ud: false,
+        }
+    }
+
+    /// Queues an event on the id's current channel.
+    pub fn post(self: &Arc<Self>, p: Pending) {
+        self.channel().push(p);
+    }
+
+    /// Blocks until every event reported on this id has been acked.
+    fn wait_acked(&self) {
+        let mut st = self.state();
+        while st.acct.outstanding() > 0 {
+            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Acks the event a synchronous id keeps in `id->event`, if any.
+    pub fn ack_stored_event(&self) -> Result<()> {
+        let ev = self.with_public(|p| std::mem::replace(&mut p.event, std::ptr::null_mut()))?;
+        if !ev.is_null() {
+            EventBox::ack(ev)?;
+        }
+        Ok(())
+    }
+
+    /// The completion step of a synchronous call: acks the previous event,
+    /// waits for the next one, keeps it in `id->event` and turns a failure
+    /// status into an errno.
+    pub fn complete(self: &Arc<Self>) -> Result<()> {
+        self.ack_stored_event()?;
+        let p = self.channel().pop()?;
+        let (event, status) = (p.event, p.status);
+        let ev = EventBox::deliver(p);
+        self.with_public(|pb| pb.event = ev)?;
+        match (event, status) {
+            (RDMA_CM_EVENT_REJECTED, _) => Err(Errno(libc::ECONNREFUSED)),
+            (_, 0) => Ok(()),
+            (_, s) => Err(Errno(s.abs())),
+        }
+    }
+}
+
+impl IdBox {
+    /// `rdma_create_id`: a NULL channel makes a synchronous id with a private channel.
+    pub fn create(
+        channel: *mut rdma_event_channel,
+        context: *mut libc::c_void,
+        ps: u32,
+        qp_type: Option<u32>,
+    ) -> Result<*mut rdma_cm_id> {
+        let qp_type = match qp_type {
+            Some(t) => t,
+            None => qp_type_for(ps).ok_or(Errno::EINVAL)?,
+        };
+        qp_type_for(ps).ok_or(Errno::EINVAL)?;
+        let (chan, public_chan, private_channel) = if channel.is_null() {
+            let pc = ChannelBox::create()?;
+            (ChannelBox::lookup(pc)?, pc, Some(ChannelPtr(pc)))
+        } else {
+            (ChannelBox::lookup(channel)?, channel, None)
+        };
+        let core = Arc::new(IdCore {
+            ptr: IdPtr(std::ptr::null_mut()),
+            st: Mutex::new(IdState {
+                acct: Acct::default(),
+                channel: chan,
+                private_channel,
+                alive: true,
+                options: Options::default(),
+                local_ece: ibv_ece::default(),
+                remote_ece: ibv_ece::default(),
+                resolved: None,
+            }),
+            cond: Condvar::new(),
+        });
+        // SAFETY: all-zero is valid for rdma_cm_id (pointers NULL, numbers 0).
+        let mut public: rdma_cm_id = unsafe { std::mem::zeroed() };
+        public.channel = public_chan;
+        public.context = context;
+        public.ps = ps;
+        public.qp_type = qp_type;
+        let ptr = Box::into_raw(Box::new(IdBox { public, core })) as *mut rdma_cm_id;
+        // SAFETY: just allocated; `core` is not shared yet, so get_mut succeeds.
+        let b = unsafe { &mut *(ptr as *mut IdBox) };
+        Arc::get_mut(&mut b.core).ok_or(Errno::EIO)?.ptr = IdPtr(ptr);
+        IDS.insert(ptr, b.core.clone());
+        Ok(ptr)
+    }
+
+    pub fn lookup(ptr: *const rdma_cm_id) -> Result<Arc<IdCore>> {
+        IDS.get(ptr).ok_or(Errno::EINVAL)
+    }
+
+    /// `rdma_destroy_id`: unread events are dropped, the stored sync event is
+    /// acked, then the call waits until the application acked every event it
+    /// was given for this id (the man page's promise).
+    pub fn destroy(ptr: *mut rdma_cm_id) -> Result<()> {
+        let core = IDS.remove(ptr).ok_or(Errno::EINVAL)?;
+        let chan = core.channel();
+        drop(chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)));
+        core.ack_stored_event()?;
+        core.wait_acked();
+        let private = {
+            let mut st = core.state();
+            st.alive = false;
+            st.private_channel.take()
+        };
+        if let Some(pc) = private {
+            ChannelBox::destroy(pc.0)?;
+        }
+        // SAFETY: removed from IDS above (so freed once), allocated by `create`,
+        // and `alive` is now false so no `with_public` can touch it.
+        drop(unsafe { Box::from_raw(ptr as *mut IdBox) });
+        Ok(())
+    }
+
+    /// `rdma_migrate_id`: moves the id (and its unread events) to another
+    /// channel, or to a new private one when `channel` is NULL.
+    pub fn migrate(ptr: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> Result<()> {
+        let core = Self::lookup(ptr)?;
+        let was_sync = core.is_sync();
+        let (new_chan, new_public, new_private) = if channel.is_null() {
+            if was_sync {
+                return Err(Errno::EINVAL);
+            }
+            let pc = ChannelBox::create()?;
+            (ChannelBox::lookup(pc)?, pc, Some(ChannelPtr(pc)))
+        } else {
+            (ChannelBox::lookup(channel)?, channel, None)
+        };
+        if was_sync {
+            core.ack_stored_event()?;
+        }
+        let old = {
+            let mut st = core.state();
+            let old_chan = std::mem::replace(&mut st.channel, new_chan.clone());
+            let old_private = std::mem::replace(&mut st.private_channel, new_private);
+            (old_chan, old_private)
+        };
+        for p in old.0.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
+            new_chan.push(p);
+        }
+        core.with_public(|p| p.channel = new_public)?;
+        core.wait_acked();
+        if let Some(pc) = old.1 {
+            ChannelBox::destroy(pc.0)?;
+        }
+        Ok(())
+    }
+
+    /// `rdma_write_cm_event`: a USER event the application reads back from the
+    /// id's own channel.
+    pub fn write_user_event(ptr: *mut rdma_cm_id, event: u32, status: i32, arg: u64) -> Result<()> {
+        let core = Self::lookup(ptr)?;
+        if event != RDMA_CM_EVENT_USER {
+            return Err(Errno::EINVAL);
+        }
+        core.post(core.pending(event, status, Param::arg(arg)));
+        Ok(())
+    }
+}

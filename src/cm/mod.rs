@@ -1,0 +1,13 @@
+//! The backend-neutral connection manager: event channels, ids, events and the
+//! bookkeeping that ties them together ("destroy waits until every reported
+//! event is acked").
+
+pub mod channel;
+pub mod event;
+pub mod id;
+pub mod options;
+pub mod registry;
+
+pub use channel::{Channel, ChannelBox};
+pub use event::{EventBox, Pending};
+pub use id::{IdBox, IdCore};

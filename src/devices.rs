@@ -1,0 +1,51 @@
+//! `rdma_get_devices`: every verbs device, opened once and kept open for the
+//! life of the process (contexts handed to applications stay valid).
+
+use crate::cm::registry::lock;
+use crate::sys::{Errno, Result};
+use crate::verbs::*;
+use rdma_abi::verbs::ibv_context;
+use std::ffi::CStr;
+use std::sync::{LazyLock, Mutex};
+
+struct Opened {
+    name: Vec<u8>,
+    ctx: usize,
+}
+
+static OPENED: LazyLock<Mutex<Vec<Opened>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
+/// Contexts of every device present now, opening the new ones.
+pub fn contexts() -> Result<Vec<*mut ibv_context>> {
+    let mut n: i32 = 0;
+    // SAFETY: plain call; NULL means no devices or no verbs support at all.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut opened = lock(&OPENED);
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: list holds n device pointers.
+        let dev = unsafe { *list.add(i) };
+        // SAFETY: a device from the list has a NUL-terminated name.
+        let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }.to_bytes().to_vec();
+        if let Some(o) = opened.iter().find(|o| o.name == name) {
+            out.push(o.ctx as *mut ibv_context);
+            continue;
+        }
+        // SAFETY: dev is a live device from the list.
+        let ctx = unsafe { ibv_open_device(dev) };
+        if ctx.is_null() {
+            continue; // unusable device (e.g. hidden in a container): skip it
+        }
+        opened.push(Opened { name, ctx: ctx as usize });
+        out.push(ctx);
+    }
+    // SAFETY: list came from ibv_get_device_list; opened contexts outlive it.
+    unsafe { ibv_free_device_list(list) };
+    if out.is_empty() && n > 0 {
+        return Err(Errno::ENODEV);
+    }
+    Ok(out)
+}
