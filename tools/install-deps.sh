@@ -1,0 +1,24 @@
+#!/bin/bash
+# Debian 12 packages the build and the tests need (run as root, or with sudo).
+# The tests compare against Debian's own librdmacm, headers and consumers.
+set -euo pipefail
+pkgs=(
+  gcc g++ make pkg-config          # C probes, c-examples
+  libibverbs-dev librdmacm-dev     # system headers the layout checks compare with
+  abigail-tools                    # abidiff against Debian's librdmacm.so.1
+  rdmacm-utils perftest qperf      # Debian's consumers (BIND_NOW load checks, demo)
+  python3-pyverbs                  # pyverbs.cmid load check
+  valgrind                         # c-examples under valgrind
+  iproute2                         # network namespaces (soft fabric tests)
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  case "$p" in \#*) continue;; esac
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+command -v cargo >/dev/null || { echo "cargo (Rust toolchain) is required: https://rustup.rs" >&2; exit 1; }
