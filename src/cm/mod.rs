@@ -11,3 +11,6 @@ pub mod registry;
 pub use channel::{Channel, ChannelBox};
 pub use event::{EventBox, Pending};
 pub use id::{IdBox, IdCore};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+//! Core behaviour the man pages promise, exercised without the C boundary.
+
+use super::*;
+use crate::sys::Errno;
+use rdma_abi::cma::*;
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn set_nonblock(fd: i32) {
+    // SAFETY: fcntl on a live fd of ours.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+}
+
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+fn chan() -> (*mut rdma_event_channel, std::sync::Arc<Channel>) {
+    let c = ChannelBox::create().unwrap();
+    (c, ChannelBox::lookup(c).unwrap())
+}
+
+#[test]
+fn user_event_round_trip_and_readiness() {
+    let (c, ch) = chan();
+    let id = IdBox::create(c, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    assert!(!readable(ch.fd()));
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, -5, 0xdead_beef).unwrap();
+    assert!(readable(ch.fd()));
+    let ev = EventBox::deliver(ch.pop().unwrap());
+    assert!(!readable(ch.fd()));
+    // SAFETY: a live event we just delivered.
+    let e = unsafe { &*ev };
+    assert_eq!((e.id, e.event, e.status), (id, RDMA_CM_EVENT_USER, -5));
+    // SAFETY: USER events carry `arg`.
+    assert_eq!(unsafe { e.param.arg }, 0xdead_beef);
+    assert!(e.listen_id.is_null());
+    EventBox::ack(ev).unwrap();
+    assert_eq!(EventBox::ack(ev), Err(Errno::EINVAL), "double ack is refused");
+    assert_eq!(IdBox::write_user_event(id, RDMA_CM_EVENT_ESTABLISHED, 0, 0), Err(Errno::EINVAL));
+    IdBox::destroy(id).unwrap();
+    ChannelBox::destroy(c).unwrap();
+}
+
+#[test]
+fn nonblocking_channel_says_eagain() {
+    let (c, ch) = chan();
+    set_nonblock(ch.fd());
+    assert_eq!(ch.pop().err(), Some(Errno::EAGAIN));
+    ChannelBox::destroy(c).unwrap();
+}
+
+#[test]
+fn bad_port_space_and_stale_handles() {
+    let (c, _) = chan();
+    assert_eq!(IdBox::create(c, std::ptr::null_mut(), 0x999, None).err(), Some(Errno::EINVAL));
+    let id = IdBox::create(c, std::ptr::null_mut(), RDMA_PS_UDP, None).unwrap();
+    // SAFETY: a live id.
+    assert_eq!(unsafe { (*id).qp_type }, 4, "UDP port space means a UD QP");
+    IdBox::destroy(id).unwrap();
+    assert_eq!(IdBox::destroy(id), Err(Errno::EINVAL));
+    assert_eq!(IdBox::lookup(8 as *const rdma_cm_id).err(), Some(Errno::EINVAL));
+    ChannelBox::destroy(c).unwrap();
+    assert_eq!(ChannelBox::destroy(c), Err(Errno::EINVAL));
+}
+
+#[test]
+fn destroy_waits_for_ack_and_drops_unread_events() {
+    let (c, ch) = chan();
+    let id = IdBox::create(c, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 2).unwrap();
+    let ev = EventBox::deliver(ch.pop().unwrap());
+    let (tx, rx) = mpsc::channel();
+    let idp = id as usize;
+    let t = std::thread::spawn(move || {
+        IdBox::destroy(idp as *mut rdma_cm_id).unwrap();
+        tx.send(()).unwrap();
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "destroy returned with an event unacked");
+    EventBox::ack(ev).unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).expect("destroy did not return after the ack");
+    t.join().unwrap();
+    set_nonblock(ch.fd());
+    assert_eq!(ch.pop().err(), Some(Errno::EAGAIN), "the unread event went with the id");
+    ChannelBox::destroy(c).unwrap();
+}
+
+#[test]
+fn migrate_moves_unread_events_and_sync_mode() {
+    let (a, cha) = chan();
+    let (b, chb) = chan();
+    let id = IdBox::create(a, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 7).unwrap();
+    IdBox::migrate(id, b).unwrap();
+    // SAFETY: a live id.
+    assert_eq!(unsafe { (*id).channel }, b);
+    set_nonblock(cha.fd());
+    assert_eq!(cha.pop().err(), Some(Errno::EAGAIN));
+    let ev = EventBox::deliver(chb.pop().unwrap());
+    EventBox::ack(ev).unwrap();
+    // To sync mode and back to a channel.
+    IdBox::migrate(id, std::ptr::null_mut()).unwrap();
+    assert_eq!(IdBox::migrate(id, std::ptr::null_mut()), Err(Errno::EINVAL), "already synchronous");
+    IdBox::migrate(id, a).unwrap();
+    IdBox::destroy(id).unwrap();
+    ChannelBox::destroy(a).unwrap();
+    ChannelBox::destroy(b).unwrap();
+}
+
+#[test]
+fn sync_id_completion_keeps_event_and_maps_status() {
+    let id = IdBox::create(std::ptr::null_mut(), std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    let core = IdBox::lookup(id).unwrap();
+    assert!(core.is_sync());
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
+    core.complete().unwrap();
+    // SAFETY: a live id; complete() stored the event.
+    let ev = unsafe { (*id).event };
+    assert!(!ev.is_null());
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, -libc::ETIMEDOUT, 1).unwrap();
+    assert_eq!(core.complete(), Err(Errno(libc::ETIMEDOUT)));
+    let _ = ev;
+    assert_eq!(core.state().acct.outstanding(), 1, "the previous event was acked by the next completion");
+    // SAFETY: a live id holding the failed completion's event.
+    assert_eq!(unsafe { (*(*id).event).status }, -libc::ETIMEDOUT);
+    IdBox::destroy(id).unwrap();
+}
