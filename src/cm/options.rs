@@ -48,7 +48,7 @@ pub fn parse(level: i32, optname: i32, val: &[u8]) -> Result<Opt> {
         (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => Ok(Opt::AfOnly(int_of(val)? != 0)),
         (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => Ok(Opt::AckTimeout(u8_of(val)?)),
         (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
-            if val.is_empty() || val.len() % PATH_DATA_SIZE != 0 {
+            if val.is_empty() || !val.len().is_multiple_of(PATH_DATA_SIZE) {
                 return Err(Errno::EINVAL);
             }
             Ok(Opt::IbPath(val.to_vec()))

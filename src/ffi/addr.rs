@@ -46,6 +46,9 @@ entry! {
         res: *mut *mut rdma_addrinfo,
     ) -> i32 {
         non_null(res)?;
+        if node.is_null() && service.is_null() && hints_.is_null() {
+            return Err(Errno::EINVAL); // as upstream: nothing at all to resolve
+        }
         // SAFETY: C strings and hints as the man page requires of callers.
         let (node, service, h) = unsafe { (opt_cstr(node), opt_cstr(service), hints(hints_)?) };
         if h.flags & RAI_SA != 0 {
