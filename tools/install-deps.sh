@@ -13,7 +13,6 @@ pkgs=(
 )
 missing=()
 for p in "${pkgs[@]}"; do
-  case "$p" in \#*) continue;; esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
