@@ -1,23 +1,63 @@
-//! Which machinery carries the calls that need an RDMA device.
+//! Which machinery carries the calls that need an RDMA device, and the
+//! interface every backend implements.
 //!
-//! The kernel backend (`/dev/infiniband/rdma_cm`, issue 3) and the soft
-//! backend (our software libibverbs, issue 4) plug in here. Until they exist,
-//! device calls fail with ENOSYS where a device is present and with ENODEV,
-//! as upstream does, where none is.
+//! * `soft`: our software libibverbs (softverbs) is the loaded libibverbs; the
+//!   CM runs in userspace over sockets (issue 4).
+//! * kernel: `/dev/infiniband/rdma_cm` exists (issue 3, not written yet:
+//!   its calls fail with ENOSYS).
+//! * none: no device; device calls fail with ENODEV, as upstream's do.
 
+use crate::cm::options::Opt;
+use crate::cm::IdCore;
 use crate::sys::{Errno, Result};
-use std::sync::LazyLock;
+use rdma_abi::verbs::ibv_qp_attr;
+use std::sync::{Arc, LazyLock};
+
+/// `rdma_conn_param` read out of C, with its private data copied.
+#[derive(Clone, Debug, Default)]
+pub struct ConnParam {
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub qp_num: u32,
+}
+
+/// Device operations on an id. Arguments are checked by the caller; socket
+/// addresses arrive as bytes whose length matches their family.
+pub trait Backend: Send + Sync {
+    fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()>;
+    fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()>;
+    fn resolve_route(&self, id: &Arc<IdCore>, timeout_ms: i32) -> Result<()>;
+    fn listen(&self, id: &Arc<IdCore>, backlog: i32) -> Result<()>;
+    fn connect(&self, id: &Arc<IdCore>, p: ConnParam) -> Result<()>;
+    fn accept(&self, id: &Arc<IdCore>, p: Option<ConnParam>) -> Result<()>;
+    fn reject(&self, id: &Arc<IdCore>, data: &[u8], vendor_reason: bool) -> Result<()>;
+    fn establish(&self, id: &Arc<IdCore>) -> Result<()>;
+    fn notify(&self, id: &Arc<IdCore>, event: u32) -> Result<()>;
+    fn disconnect(&self, id: &Arc<IdCore>) -> Result<()>;
+    fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()>;
+    fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()>;
+    fn leave_multicast(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()>;
+    fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()>;
+    /// The id is going away: stop its events and release its resources.
+    fn destroy(&self, id: &Arc<IdCore>);
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// No RDMA device and no software fabric: device calls fail with ENODEV.
     NoDevice,
-    /// The kernel's RDMA CM (`/dev/infiniband/rdma_cm`).
     Kernel,
+    Soft,
 }
 
 static KIND: LazyLock<Kind> = LazyLock::new(|| {
-    if std::path::Path::new("/dev/infiniband/rdma_cm").exists() {
+    if crate::soft::hook::ops().is_some() {
+        Kind::Soft
+    } else if std::path::Path::new("/dev/infiniband/rdma_cm").exists() {
         Kind::Kernel
     } else {
         Kind::NoDevice
@@ -28,11 +68,18 @@ pub fn kind() -> Kind {
     *KIND
 }
 
-/// The gate every device operation passes: the backend that would carry it,
-/// or the error a caller gets.
-pub fn device() -> Result<Kind> {
+/// The backend carrying device operations, or the error a caller gets.
+pub fn device() -> Result<&'static dyn Backend> {
     match kind() {
         Kind::NoDevice => Err(Errno::ENODEV),
         Kind::Kernel => Err(Errno::ENOSYS),
+        Kind::Soft => Ok(crate::soft::backend()),
+    }
+}
+
+/// For ids whose backend state must go with them (no-op without a device).
+pub fn destroy(id: &Arc<IdCore>) {
+    if let Ok(b) = device() {
+        b.destroy(id);
     }
 }

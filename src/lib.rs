@@ -15,6 +15,8 @@ pub mod backend;
 pub mod cm;
 pub mod devices;
 pub mod ffi;
+pub mod qp;
+pub mod soft;
 pub mod sys;
 pub mod trace;
 pub mod verbs;

@@ -28,3 +28,25 @@ extern "C" {
     ) -> c_int;
     pub fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32);
 }
+
+#[link(name = "ibverbs")]
+extern "C" {
+    pub fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd;
+    pub fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel;
+    pub fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int;
+    pub fn ibv_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> *mut ibv_cq;
+    pub fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    pub fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    pub fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
+    pub fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
+    pub fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
+    pub fn ibv_query_gid(context: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
+    pub fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+    pub fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+}

@@ -26,6 +26,12 @@ pub struct IdState {
     pub remote_ece: ibv_ece,
     /// Result of `rdma_resolve_addrinfo`, handed over by `rdma_query_addrinfo`.
     pub resolved: Option<crate::addrinfo::List>,
+    /// CQs the library created for this id's QP.
+    pub lib_cqs: crate::qp::LibCqs,
+    /// The backend's own state for this id.
+    pub ext: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// rdma_create_ep on a passive id: the QP every rdma_get_request child gets.
+    pub ep: Option<crate::qp::EpAttr>,
 }
 
 #[derive(Clone, Copy)]
@@ -176,6 +182,9 @@ impl IdBox {
                 local_ece: ibv_ece::default(),
                 remote_ece: ibv_ece::default(),
                 resolved: None,
+                lib_cqs: Default::default(),
+                ext: None,
+                ep: None,
             }),
             cond: Condvar::new(),
         });
@@ -202,8 +211,14 @@ impl IdBox {
     /// was given for this id (the man page's promise).
     pub fn destroy(ptr: *mut rdma_cm_id) -> Result<()> {
         let core = IDS.remove(ptr).ok_or(Errno::EINVAL)?;
+        crate::backend::destroy(&core);
         let chan = core.channel();
-        drop(chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)));
+        for p in chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
+            // A request nobody retrieved: its new id goes with the listener.
+            if p.id != core.ptr {
+                let _ = IdBox::destroy(p.id.0);
+            }
+        }
         core.ack_stored_event()?;
         core.wait_acked();
         let private = {

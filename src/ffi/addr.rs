@@ -111,10 +111,10 @@ entry! {
 
 entry! {
     fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         // SAFETY: the caller passes a socket address as long as its family says.
-        unsafe { sockaddr(addr) }?;
-        backend::device().map(|_| 0)
+        let a = unsafe { sockaddr(addr) }?;
+        backend::device()?.bind(&core, &a).map(|()| 0)
     }
 }
 
@@ -125,23 +125,20 @@ entry! {
         dst_addr: *mut libc::sockaddr,
         timeout_ms: i32,
     ) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         // SAFETY: as for rdma_bind_addr; the source address is optional.
-        unsafe {
-            sockaddr(dst_addr)?;
-            if !src_addr.is_null() {
-                sockaddr(src_addr)?;
-            }
-        }
-        let _ = timeout_ms;
-        backend::device().map(|_| 0)
+        let (src, dst) = unsafe {
+            let dst = sockaddr(dst_addr)?;
+            let src = if src_addr.is_null() { None } else { Some(sockaddr(src_addr)?) };
+            (src, dst)
+        };
+        backend::device()?.resolve_addr(&core, src.as_deref(), &dst, timeout_ms).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: i32) -> i32 {
-        IdBox::lookup(id)?;
-        let _ = timeout_ms;
-        backend::device().map(|_| 0)
+        let core = IdBox::lookup(id)?;
+        backend::device()?.resolve_route(&core, timeout_ms).map(|()| 0)
     }
 }

@@ -3,25 +3,55 @@
 //! rdma_establish(3), rdma_init_qp_attr(3).
 
 use super::args::{non_null, out};
-use crate::backend;
+use crate::backend::{self, ConnParam};
 use crate::cm::IdBox;
 use crate::sys::{Errno, Result};
 use rdma_abi::cma::*;
+use rdma_abi::verbs::ibv_qp_attr;
 use std::ffi::c_void;
 
-/// The man pages' limit on private data, checked before any transport limit.
-fn check_private(data: *const c_void, len: u8) -> Result<()> {
-    if len > 0 && data.is_null() {
+/// Private data from C: NULL with a length is an error.
+///
+/// # Safety
+/// `data` is NULL or valid for `len` bytes.
+unsafe fn private(data: *const c_void, len: u8) -> Result<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if data.is_null() {
         return Err(Errno::EINVAL);
     }
-    Ok(())
+    // SAFETY: per the contract.
+    Ok(unsafe { std::slice::from_raw_parts(data as *const u8, len as usize) }.to_vec())
+}
+
+/// Reads an optional `rdma_conn_param`.
+///
+/// # Safety
+/// `p` is NULL or a readable conn_param whose private data is valid.
+unsafe fn conn_param(p: *const rdma_conn_param) -> Result<Option<ConnParam>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract.
+    let p = unsafe { &*p };
+    Ok(Some(ConnParam {
+        // SAFETY: per the contract.
+        private_data: unsafe { private(p.private_data, p.private_data_len) }?,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: p.flow_control,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: p.srq,
+        qp_num: p.qp_num,
+    }))
 }
 
 entry! {
     fn rdma_listen(id: *mut rdma_cm_id, backlog: i32) -> i32 {
-        IdBox::lookup(id)?;
-        let _ = backlog;
-        backend::device().map(|_| 0)
+        let core = IdBox::lookup(id)?;
+        backend::device()?.listen(&core, backlog).map(|()| 0)
     }
 }
 
@@ -42,63 +72,65 @@ entry! {
         // The request now belongs to the new id: its next call acks it.
         core.with_public(|p| p.event = std::ptr::null_mut())?;
         IdBox::lookup(child)?.with_public(|c| c.event = ev)?;
+        crate::qp::ep_child_qp(&core, child)?;
         // SAFETY: checked non-NULL above.
         unsafe { out(id, child) }.map(|()| 0)
     }
 }
 
 entry! {
-    fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> i32 {
-        IdBox::lookup(id)?;
-        if !conn_param.is_null() {
-            // SAFETY: non-NULL; the caller gives a readable rdma_conn_param.
-            let p = unsafe { &*conn_param };
-            check_private(p.private_data, p.private_data_len)?;
-        }
-        backend::device().map(|_| 0)
+    fn rdma_connect(id: *mut rdma_cm_id, conn_param_: *mut rdma_conn_param) -> i32 {
+        let core = IdBox::lookup(id)?;
+        // SAFETY: the caller's optional conn_param.
+        let p = unsafe { conn_param(conn_param_) }?.unwrap_or(ConnParam {
+            responder_resources: RDMA_MAX_RESP_RES,
+            initiator_depth: RDMA_MAX_INIT_DEPTH,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..Default::default()
+        });
+        backend::device()?.connect(&core, p).map(|()| 0)
     }
 }
 
 entry! {
-    fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> i32 {
-        IdBox::lookup(id)?;
-        if !conn_param.is_null() {
-            // SAFETY: non-NULL; the caller gives a readable rdma_conn_param.
-            let p = unsafe { &*conn_param };
-            check_private(p.private_data, p.private_data_len)?;
-        }
-        backend::device().map(|_| 0)
+    fn rdma_accept(id: *mut rdma_cm_id, conn_param_: *mut rdma_conn_param) -> i32 {
+        let core = IdBox::lookup(id)?;
+        // SAFETY: the caller's optional conn_param.
+        let p = unsafe { conn_param(conn_param_) }?;
+        backend::device()?.accept(&core, p).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> i32 {
-        IdBox::lookup(id)?;
-        check_private(private_data, private_data_len)?;
-        backend::device().map(|_| 0)
+        let core = IdBox::lookup(id)?;
+        // SAFETY: the caller's private data.
+        let d = unsafe { private(private_data, private_data_len) }?;
+        backend::device()?.reject(&core, &d, false).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_reject_ece(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> i32 {
-        IdBox::lookup(id)?;
-        check_private(private_data, private_data_len)?;
-        backend::device().map(|_| 0)
+        let core = IdBox::lookup(id)?;
+        // SAFETY: the caller's private data.
+        let d = unsafe { private(private_data, private_data_len) }?;
+        backend::device()?.reject(&core, &d, true).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_notify(id: *mut rdma_cm_id, event: u32) -> i32 {
-        IdBox::lookup(id)?;
-        let _ = event;
-        backend::device().map(|_| 0)
+        let core = IdBox::lookup(id)?;
+        backend::device()?.notify(&core, event).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_disconnect(id: *mut rdma_cm_id) -> i32 {
-        IdBox::lookup(id)?;
-        backend::device().map(|_| 0)
+        let core = IdBox::lookup(id)?;
+        backend::device()?.disconnect(&core).map(|()| 0)
     }
 }
 
@@ -109,15 +141,18 @@ entry! {
         if core.with_public(|p| !p.qp.is_null())? {
             return Err(Errno::EINVAL);
         }
-        backend::device().map(|_| 0)
+        backend::device()?.establish(&core).map(|()| 0)
     }
 }
 
 entry! {
-    fn rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut c_void, qp_attr_mask: *mut i32) -> i32 {
-        IdBox::lookup(id)?;
+    fn rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut ibv_qp_attr, qp_attr_mask: *mut i32) -> i32 {
+        let core = IdBox::lookup(id)?;
         non_null(qp_attr)?;
         non_null(qp_attr_mask)?;
-        backend::device().map(|_| 0)
+        let b = backend::device()?;
+        // SAFETY: non-NULL; the caller's attribute block and mask.
+        let (attr, mask) = unsafe { (&mut *qp_attr, &mut *qp_attr_mask) };
+        b.init_qp_attr(&core, attr, mask).map(|()| 0)
     }
 }

@@ -46,7 +46,10 @@ entry! {
         // SAFETY: the caller promises optlen readable bytes at optval.
         let val = unsafe { std::slice::from_raw_parts(optval as *const u8, optlen) };
         let opt = options::parse(level, optname, val)?;
-        core.state().options.apply(opt, false)?;
+        core.state().options.apply(opt.clone(), false)?;
+        if let Ok(b) = crate::backend::device() {
+            b.set_option(&core, &opt)?;
+        }
         Ok(0)
     }
 }

@@ -9,11 +9,10 @@ use std::ffi::c_void;
 
 entry! {
     fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr, context: *mut c_void) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         // SAFETY: the caller passes a socket address as long as its family says.
-        unsafe { sockaddr(addr) }?;
-        let _ = context;
-        backend::device().map(|_| 0)
+        let a = unsafe { sockaddr(addr) }?;
+        backend::device()?.join_multicast(&core, &a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context as usize).map(|()| 0)
     }
 }
 
@@ -23,7 +22,7 @@ entry! {
         mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
         context: *mut c_void,
     ) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         non_null(mc_join_attr)?;
         // SAFETY: non-NULL; the caller gives a readable attribute struct.
         let a = unsafe { *mc_join_attr };
@@ -37,17 +36,16 @@ entry! {
             return Err(Errno::EINVAL);
         }
         // SAFETY: as for rdma_join_multicast.
-        unsafe { sockaddr(a.addr) }?;
-        let _ = context;
-        backend::device().map(|_| 0)
+        let addr = unsafe { sockaddr(a.addr) }?;
+        backend::device()?.join_multicast(&core, &addr, a.join_flags, context as usize).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         // SAFETY: as for rdma_join_multicast.
-        unsafe { sockaddr(addr) }?;
-        backend::device().map(|_| 0)
+        let a = unsafe { sockaddr(addr) }?;
+        backend::device()?.leave_multicast(&core, &a).map(|()| 0)
     }
 }

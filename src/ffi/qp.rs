@@ -5,59 +5,51 @@
 use super::args::{non_null, out};
 use crate::backend;
 use crate::cm::IdBox;
-use crate::sys::Result;
-use crate::verbs::{ibv_destroy_qp, ibv_destroy_srq};
+use crate::qp::{self, EpAttr};
+use crate::sys::{Errno, Result};
+use crate::verbs::ibv_destroy_srq;
 use rdma_abi::cma::*;
-use std::ffi::c_void;
+use rdma_abi::verbs::*;
 
 entry! {
-    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut c_void, qp_init_attr: *mut c_void) -> i32 {
+    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> i32 {
         IdBox::lookup(id)?;
         non_null(qp_init_attr)?;
-        let _ = pd;
-        backend::device().map(|_| 0)
+        // SAFETY: non-NULL; the caller's attribute block (caps are written back).
+        qp::create(id, pd, unsafe { &mut *qp_init_attr }).map(|()| 0)
     }
 }
 
 entry! {
-    fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut c_void) -> i32 {
+    fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> i32 {
         IdBox::lookup(id)?;
         non_null(qp_init_attr)?;
-        backend::device().map(|_| 0)
+        // SAFETY: non-NULL; the caller's attribute block.
+        qp::create_ex(id, unsafe { &mut *qp_init_attr }).map(|()| 0)
     }
-}
-
-/// Destroys the QP on an id, if there is one.
-fn destroy_qp(id: *mut rdma_cm_id) -> Result<()> {
-    let core = IdBox::lookup(id)?;
-    let qp = core.with_public(|p| std::mem::replace(&mut p.qp, std::ptr::null_mut()))?;
-    if !qp.is_null() {
-        // SAFETY: a QP the id held; it is detached above so destroyed once.
-        unsafe { ibv_destroy_qp(qp) };
-    }
-    Ok(())
 }
 
 entry! {
     fn rdma_destroy_qp(id: *mut rdma_cm_id) -> () {
-        destroy_qp(id)
+        qp::destroy(id)
     }
 }
 
 entry! {
-    fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut c_void, attr: *mut c_void) -> i32 {
+    fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> i32 {
         IdBox::lookup(id)?;
         non_null(attr)?;
-        let _ = pd;
-        backend::device().map(|_| 0)
+        qp::create_srq(id, pd, attr).map(|()| 0)
     }
 }
 
 entry! {
-    fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> i32 {
+    fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> i32 {
         IdBox::lookup(id)?;
         non_null(attr)?;
-        backend::device().map(|_| 0)
+        // Extended SRQs (XRC) need the provider's create_srq_ex: not offered yet.
+        backend::device()?;
+        Err(Errno(libc::EOPNOTSUPP))
     }
 }
 
@@ -77,20 +69,56 @@ entry! {
     }
 }
 
+/// Copies one socket address out of an rdma_addrinfo.
+///
+/// # Safety
+/// `p` is NULL or valid for `len` bytes.
+unsafe fn addr_bytes(p: *const libc::sockaddr, len: u32) -> Option<Vec<u8>> {
+    // SAFETY: per the contract.
+    (!p.is_null() && len > 0).then(|| unsafe { std::slice::from_raw_parts(p as *const u8, len as usize) }.to_vec())
+}
+
+/// The body of rdma_create_ep once the synchronous id exists.
+fn setup_ep(new: *mut rdma_cm_id, r: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<()> {
+    let b = backend::device()?;
+    let core = IdBox::lookup(new)?;
+    // SAFETY: addresses of an rdma_addrinfo, valid for their lengths.
+    let (src, dst) = unsafe { (addr_bytes(r.ai_src_addr, r.ai_src_len), addr_bytes(r.ai_dst_addr, r.ai_dst_len)) };
+    if r.ai_flags & RAI_PASSIVE != 0 {
+        b.bind(&core, src.as_deref().ok_or(Errno::EINVAL)?)?;
+        if !attr.is_null() {
+            // SAFETY: non-NULL; the caller's attribute block, copied.
+            let mut a = unsafe { *attr };
+            a.qp_type = r.ai_qp_type as u32;
+            core.state().ep = Some(EpAttr { pd, attr: a });
+        }
+        return Ok(());
+    }
+    b.resolve_addr(&core, src.as_deref(), dst.as_deref().ok_or(Errno::EINVAL)?, 2000)?;
+    b.resolve_route(&core, 2000)?;
+    if !attr.is_null() {
+        // SAFETY: non-NULL; the caller's attribute block (caps are written back).
+        let a = unsafe { &mut *attr };
+        a.qp_type = r.ai_qp_type as u32;
+        qp::create(new, pd, a)?;
+    }
+    Ok(())
+}
+
 entry! {
     fn rdma_create_ep(
         id: *mut *mut rdma_cm_id,
         res: *mut rdma_addrinfo,
-        pd: *mut c_void,
-        qp_init_attr: *mut c_void,
+        pd: *mut ibv_pd,
+        qp_init_attr: *mut ibv_qp_init_attr,
     ) -> i32 {
         non_null(id)?;
         non_null(res)?;
         // SAFETY: non-NULL; the caller passes an rdma_addrinfo (from rdma_getaddrinfo).
         let r = unsafe { &*res };
         let new = IdBox::create(std::ptr::null_mut(), std::ptr::null_mut(), r.ai_port_space as u32, Some(r.ai_qp_type as u32))?;
-        let _ = (pd, qp_init_attr);
-        if let Err(e) = backend::device() {
+        if let Err(e) = setup_ep(new, r, pd, qp_init_attr) {
+            let _ = qp::destroy(new);
             IdBox::destroy(new)?;
             return Err(e);
         }
@@ -101,7 +129,7 @@ entry! {
 
 entry! {
     fn rdma_destroy_ep(id: *mut rdma_cm_id) -> () {
-        destroy_qp(id)?;
+        qp::destroy(id)?;
         destroy_srq(id)?;
         IdBox::destroy(id)
     }

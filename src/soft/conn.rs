@@ -1,0 +1,768 @@
+//! The soft CM's connection protocol: what each call sends, and what each
+//! received message does to an id (events, QP transitions, peer addresses).
+
+use super::engine::{self, Conn, Owner};
+use super::wire::{Kind, Msg};
+use super::{dev, net, set_addrs, soft_id, Phase, SoftId};
+use crate::backend::ConnParam;
+use crate::cm::event::Param;
+use crate::cm::IdBox;
+use crate::sys::{Errno, Result};
+use crate::verbs::{ibv_attach_mcast, ibv_detach_mcast};
+use rdma_abi::cma::*;
+use rdma_abi::verbs::*;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Private data the IB CM carries per message (the receiver sees all of it, zero padded).
+pub const REQ_DATA: usize = 56;
+pub const REP_DATA: usize = 196;
+pub const REJ_DATA: usize = 148;
+pub const SIDR_REQ_DATA: usize = 180;
+pub const SIDR_REP_DATA: usize = 136;
+/// IB CM reject reasons the soft CM sends.
+pub const REJ_INVALID_SERVICE_ID: u32 = 8;
+pub const REJ_CONSUMER: u32 = 28;
+const DEVICE_MAX_RD_ATOMIC: u8 = 16;
+const SIDR_REJECT: u32 = 1;
+
+fn padded(data: &[u8], len: usize) -> Vec<u8> {
+    let mut v = data.to_vec();
+    v.resize(len.max(data.len()), 0);
+    v
+}
+
+fn cap_rd(v: u8) -> u8 {
+    v.min(DEVICE_MAX_RD_ATOMIC)
+}
+
+fn conn_param(m: &Msg, swap: bool) -> Param {
+    let mut p = Param::zeroed();
+    let (resp, init) = if swap {
+        (m.initiator_depth, m.responder_resources)
+    } else {
+        (m.responder_resources, m.initiator_depth)
+    };
+    p.0.conn = rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: resp,
+        initiator_depth: init,
+        flow_control: m.flow_control,
+        retry_count: m.retry_count,
+        rnr_retry_count: m.rnr_retry_count,
+        srq: m.srq,
+        qp_num: m.qp_num,
+    };
+    p
+}
+
+fn hook() -> Result<&'static super::hook::SoftverbsCmOps> {
+    super::hook::ops().ok_or(Errno::ENODEV)
+}
+
+/// The transport endpoint of a QP, as softverbs reports it for `local`.
+fn qp_endpoint(qp: *mut ibv_qp, local: &SocketAddr) -> Option<SocketAddr> {
+    if qp.is_null() {
+        return None;
+    }
+    let f = hook().ok()?.qp_endpoint?;
+    let gid = ibv_gid { raw: net::gid_of(local.ip()) };
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut out: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    // SAFETY: a live QP of the soft device; gid and out are valid for the call.
+    if unsafe { f(qp, &gid, &mut out) } != 0 {
+        return None;
+    }
+    // SAFETY: out is 128 initialised bytes.
+    let b = unsafe { std::slice::from_raw_parts(&out as *const _ as *const u8, 128) };
+    net::from_bytes(b).ok()
+}
+
+/// Tells softverbs where (gid, qpn) lives.
+fn add_peer(gid: &[u8; 16], qpn: u32, endpoint: Option<SocketAddr>) -> Result<()> {
+    let Some(ep) = endpoint else { return Ok(()) };
+    let f = hook()?.add_peer.ok_or(Errno::ENOSYS)?;
+    let d = dev()?;
+    let g = ibv_gid { raw: *gid };
+    let mut st = [0u8; 128];
+    net::to_storage(&ep, &mut st);
+    let len = if ep.is_ipv4() { 16 } else { 28 };
+    // SAFETY: the soft device's context, a valid gid and socket address.
+    match unsafe { f(d.ctx as *mut ibv_context, &g, qpn, st.as_ptr().cast(), len) } {
+        0 => Ok(()),
+        e => Err(Errno(e.abs())),
+    }
+}
+
+fn modify(s: &SoftId, qp: *mut ibv_qp, states: &[u32]) -> Result<()> {
+    for &st in states {
+        crate::qp::modify_to(&s.core, qp, st)?;
+    }
+    Ok(())
+}
+
+fn error_qp(s: &SoftId) {
+    let qp = s.qp();
+    if !qp.is_null() {
+        crate::qp::to_error(qp);
+    }
+}
+
+fn send(s: &SoftId, m: &Msg) -> Result<()> {
+    let c = s.st().conn.clone().ok_or(Errno(libc::ENOTCONN))?;
+    c.send(m)
+}
+
+fn drop_conn(s: &SoftId) {
+    if let Some(c) = s.st().conn.take() {
+        engine::get().remove(c.token);
+    }
+}
+
+pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
+    if s.st().phase != Phase::RouteResolved {
+        return Err(Errno::EINVAL);
+    }
+    if s.is_ud() {
+        return sidr_connect(s, p);
+    }
+    if p.private_data.len() > REQ_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let qp = s.qp();
+    // SAFETY: a live QP of this id.
+    let qpn = if qp.is_null() { p.qp_num } else { unsafe { (*qp).qp_num } };
+    let mut st = s.st();
+    let (src, dst) = (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?);
+    st.responder_resources = cap_rd(p.responder_resources);
+    st.initiator_depth = cap_rd(p.initiator_depth);
+    st.retry = p.retry_count.min(7);
+    st.rnr_retry = p.rnr_retry_count.min(7);
+    st.qp_num = qpn;
+    let mut m = Msg::new(Kind::Req);
+    m.port_space = s.ps() as u16;
+    m.qp_num = qpn;
+    m.psn = st.my_psn;
+    m.responder_resources = st.responder_resources;
+    m.initiator_depth = st.initiator_depth;
+    m.retry_count = st.retry;
+    m.rnr_retry_count = st.rnr_retry;
+    m.flow_control = p.flow_control;
+    m.srq = p.srq;
+    m.src = Some(src);
+    m.dst = Some(dst);
+    m.endpoint = qp_endpoint(qp, &src);
+    let ece = s.core.state().local_ece;
+    m.ece_vendor = ece.vendor_id;
+    m.ece_options = ece.options;
+    m.private = p.private_data;
+    st.phase = Phase::ReqSent;
+    drop(st);
+    let s2 = s.clone();
+    let go = move || {
+        let r = if net::is_local(dst.ip()) {
+            TcpStream::connect(dst)
+        } else {
+            TcpStream::connect_timeout(&dst, Duration::from_secs(5))
+        };
+        match r {
+            Ok(stream) => {
+                let c = engine::get().add_conn(stream, Owner::Id(Arc::downgrade(&s2)));
+                s2.st().conn = Some(c.clone());
+                if c.send(&m).is_err() {
+                    on_eof(&s2, &c);
+                }
+            }
+            Err(e) => {
+                s2.st().phase = Phase::Disconnected;
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    // Nobody listens on that port: the remote CM rejects the service id.
+                    s2.post(RDMA_CM_EVENT_REJECTED, REJ_INVALID_SERVICE_ID as i32, conn_param(&Msg::new(Kind::Rej), false), padded(&[], REJ_DATA), false);
+                } else {
+                    s2.post(RDMA_CM_EVENT_UNREACHABLE, -Errno::from(e).0, Param::zeroed(), Vec::new(), false);
+                }
+            }
+        }
+    };
+    if net::is_local(dst.ip()) {
+        go();
+    } else {
+        std::thread::spawn(go);
+    }
+    Ok(())
+}
+
+pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
+    if s.st().phase != Phase::ReqRcvd {
+        return Err(Errno::EINVAL);
+    }
+    if s.is_ud() {
+        return sidr_accept(s, p);
+    }
+    let p = p.unwrap_or_default();
+    if p.private_data.len() > REP_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let qp = s.qp();
+    let src = {
+        let mut st = s.st();
+        if p.responder_resources != 0 && p.responder_resources != 0xff {
+            st.responder_resources = cap_rd(p.responder_resources);
+        }
+        if p.initiator_depth != 0 && p.initiator_depth != 0xff {
+            st.initiator_depth = cap_rd(p.initiator_depth);
+        }
+        if p.rnr_retry_count != 0 {
+            st.rnr_retry = p.rnr_retry_count.min(7);
+        }
+        // SAFETY: a live QP of this id.
+        st.qp_num = if qp.is_null() { p.qp_num } else { unsafe { (*qp).qp_num } };
+        st.src.ok_or(Errno::EINVAL)?
+    };
+    if !qp.is_null() {
+        let peer = s.st().peer.clone();
+        let r = add_peer(&peer.gid, peer.qpn, peer.endpoint).and_then(|()| modify(s, qp, &[IBV_QPS_RTR, IBV_QPS_RTS]));
+        if let Err(e) = r {
+            crate::qp::to_error(qp);
+            return Err(e);
+        }
+    }
+    let mut m = Msg::new(Kind::Rep);
+    {
+        let mut st = s.st();
+        m.qp_num = st.qp_num;
+        m.psn = st.my_psn;
+        m.responder_resources = st.responder_resources;
+        m.initiator_depth = st.initiator_depth;
+        m.rnr_retry_count = st.rnr_retry;
+        m.srq = p.srq;
+        m.flow_control = p.flow_control;
+        st.phase = Phase::RepSent;
+    }
+    m.endpoint = qp_endpoint(qp, &src);
+    let ece = s.core.state().local_ece;
+    m.ece_vendor = ece.vendor_id;
+    m.ece_options = ece.options;
+    m.private = p.private_data;
+    if let Err(e) = send(s, &m) {
+        error_qp(s);
+        s.st().phase = Phase::Disconnected;
+        return Err(e);
+    }
+    Ok(())
+}
+
+pub fn reject(s: &Arc<SoftId>, data: &[u8], reason: u32) -> Result<()> {
+    if s.st().phase != Phase::ReqRcvd {
+        return Err(Errno::EINVAL);
+    }
+    if s.is_ud() {
+        return sidr_reply(s, SIDR_REJECT, 0, None, data);
+    }
+    if data.len() > REJ_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let mut m = Msg::new(Kind::Rej);
+    m.status = reason;
+    m.private = data.to_vec();
+    let r = send(s, &m);
+    s.st().phase = Phase::Disconnected;
+    drop_conn(s);
+    r
+}
+
+pub fn establish(s: &Arc<SoftId>) -> Result<()> {
+    if s.st().phase != Phase::ConnResponse {
+        return Err(Errno::EINVAL);
+    }
+    s.st().phase = Phase::Connected;
+    send(s, &Msg::new(Kind::Rtu))
+}
+
+pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
+    let phase = s.st().phase;
+    match phase {
+        Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
+            error_qp(s);
+            s.st().phase = Phase::DreqSent;
+            if send(s, &Msg::new(Kind::Dreq)).is_err() {
+                // The peer is gone already: nothing will answer.
+                finish_disconnect(s, true);
+            }
+        }
+        Phase::DreqRcvd => {
+            error_qp(s);
+            let _ = send(s, &Msg::new(Kind::Drep));
+            finish_disconnect(s, false);
+        }
+        _ => return Err(Errno::EINVAL),
+    }
+    if s.core.is_sync() {
+        s.core.complete()?;
+    }
+    Ok(())
+}
+
+fn finish_disconnect(s: &SoftId, event: bool) {
+    s.st().phase = Phase::Disconnected;
+    drop_conn(s);
+    if event {
+        s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
+    }
+}
+
+pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
+    let ud = s.is_ud();
+    let st = s.st();
+    let m = match a.qp_state {
+        IBV_QPS_INIT => {
+            a.pkey_index = 0;
+            a.port_num = 1;
+            if ud {
+                a.qkey = RDMA_UDP_QKEY;
+                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY
+            } else {
+                a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
+            }
+        }
+        IBV_QPS_RTR if ud => IBV_QP_STATE,
+        IBV_QPS_RTR => {
+            if !matches!(st.phase, Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
+                return Err(Errno::EINVAL);
+            }
+            let src = st.src.ok_or(Errno::EINVAL)?;
+            a.path_mtu = IBV_MTU_4096;
+            a.dest_qp_num = st.peer.qpn;
+            a.rq_psn = st.peer.psn;
+            a.max_dest_rd_atomic = st.responder_resources;
+            a.min_rnr_timer = 12;
+            a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+            if st.responder_resources > 0 {
+                a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+            }
+            a.ah_attr.is_global = 1;
+            a.ah_attr.port_num = 1;
+            a.ah_attr.grh.dgid.raw = st.peer.gid;
+            a.ah_attr.grh.sgid_index = dev()?.gid_index(src.ip());
+            a.ah_attr.grh.hop_limit = 64;
+            IBV_QP_STATE
+                | IBV_QP_AV
+                | IBV_QP_PATH_MTU
+                | IBV_QP_DEST_QPN
+                | IBV_QP_RQ_PSN
+                | IBV_QP_MAX_DEST_RD_ATOMIC
+                | IBV_QP_MIN_RNR_TIMER
+                | IBV_QP_ACCESS_FLAGS
+        }
+        IBV_QPS_RTS if ud => {
+            a.sq_psn = st.my_psn;
+            IBV_QP_STATE | IBV_QP_SQ_PSN
+        }
+        IBV_QPS_RTS => {
+            if !matches!(st.phase, Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
+                return Err(Errno::EINVAL);
+            }
+            a.timeout = s.core.state().options.ack_timeout.unwrap_or(14);
+            a.retry_cnt = st.retry;
+            a.rnr_retry = st.rnr_retry;
+            a.sq_psn = st.my_psn;
+            a.max_rd_atomic = st.initiator_depth;
+            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC
+        }
+        _ => return Err(Errno::EINVAL),
+    };
+    *mask = m as i32;
+    Ok(())
+}
+
+/// A REQ arrived on a connection a listener accepted: make the new id.
+pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
+    let e = engine::get();
+    let reject = |reason: u32| {
+        let mut r = Msg::new(Kind::Rej);
+        r.status = reason;
+        let _ = c.send(&r);
+        e.remove(c.token);
+    };
+    if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.st().phase != Phase::Listening {
+        return reject(REJ_INVALID_SERVICE_ID);
+    }
+    let local = c.sock.local_addr().ok();
+    let remote = m.src.or_else(|| c.peer());
+    let Some(child) = new_child(l) else { return reject(REJ_CONSUMER) };
+    let Ok(_) = set_addrs(&child, local, remote) else { return reject(REJ_CONSUMER) };
+    {
+        let mut st = child.st();
+        st.phase = Phase::ReqRcvd;
+        st.src = local;
+        st.dst = remote;
+        st.conn = Some(c.clone());
+        st.peer.qpn = m.qp_num;
+        st.peer.psn = m.psn;
+        st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
+        st.peer.endpoint = m.endpoint;
+        st.responder_resources = cap_rd(m.initiator_depth);
+        st.initiator_depth = cap_rd(m.responder_resources);
+        st.retry = m.retry_count;
+        st.rnr_retry = m.rnr_retry_count;
+    }
+    child.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
+    c.set_owner(Owner::Id(Arc::downgrade(&child)));
+    let mut p = l.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, conn_param(&m, true));
+    p.id = child.core.ptr;
+    p.listen_id = l.core.ptr;
+    p.private = padded(&m.private, REQ_DATA);
+    l.core.post(p);
+}
+
+/// A new id inheriting the listener's channel, context and port space (its
+/// own private channel when the listener is synchronous).
+fn new_child(l: &Arc<SoftId>) -> Option<Arc<SoftId>> {
+    let (ch, ctx, ps, qpt) = l.core.with_public(|p| (p.channel, p.context, p.ps, p.qp_type)).ok()?;
+    let ptr = IdBox::create(ch, ctx, ps, Some(qpt)).ok()?;
+    if l.core.is_sync() && IdBox::migrate(ptr, std::ptr::null_mut()).is_err() {
+        let _ = IdBox::destroy(ptr);
+        return None;
+    }
+    Some(soft_id(&IdBox::lookup(ptr).ok()?))
+}
+
+pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
+    let phase = s.st().phase;
+    match (m.kind, phase) {
+        (Kind::Rep, Phase::ReqSent) => {
+            {
+                let mut st = s.st();
+                st.peer.qpn = m.qp_num;
+                st.peer.psn = m.psn;
+                st.peer.gid = st.dst.map(|d| net::gid_of(d.ip())).unwrap_or_default();
+                st.peer.endpoint = m.endpoint;
+                st.peer.rnr_retry = m.rnr_retry_count;
+                st.responder_resources = st.responder_resources.min(cap_rd(m.initiator_depth).max(1));
+                st.initiator_depth = st.initiator_depth.min(cap_rd(m.responder_resources));
+            }
+            s.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
+            let peer = s.st().peer.clone();
+            let data = padded(&m.private, REP_DATA);
+            let qp = s.qp();
+            if qp.is_null() {
+                let _ = add_peer(&peer.gid, peer.qpn, peer.endpoint);
+                s.st().phase = Phase::ConnResponse;
+                s.post(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, conn_param(&m, true), data, false);
+                return;
+            }
+            let r = add_peer(&peer.gid, peer.qpn, peer.endpoint).and_then(|()| modify(s, qp, &[IBV_QPS_RTR, IBV_QPS_RTS]));
+            match r {
+                Ok(()) => {
+                    s.st().phase = Phase::Connected;
+                    let _ = send(s, &Msg::new(Kind::Rtu));
+                    s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, true), data, false);
+                }
+                Err(e) => {
+                    crate::qp::to_error(qp);
+                    let mut rej = Msg::new(Kind::Rej);
+                    rej.status = REJ_CONSUMER;
+                    let _ = send(s, &rej);
+                    s.st().phase = Phase::Disconnected;
+                    drop_conn(s);
+                    s.post(RDMA_CM_EVENT_CONNECT_ERROR, -e.0, Param::zeroed(), Vec::new(), false);
+                }
+            }
+        }
+        (Kind::Rej, Phase::ReqSent) => {
+            error_qp(s);
+            s.st().phase = Phase::Disconnected;
+            drop_conn(s);
+            s.post(RDMA_CM_EVENT_REJECTED, m.status as i32, conn_param(&m, false), padded(&m.private, REJ_DATA), false);
+        }
+        (Kind::Rtu, Phase::RepSent) => {
+            s.st().phase = Phase::Connected;
+            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
+        }
+        (Kind::Dreq, Phase::Connected | Phase::RepSent | Phase::ConnResponse) => {
+            s.st().phase = Phase::DreqRcvd;
+            s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
+        }
+        (Kind::Dreq, Phase::DreqSent) => {
+            // Both sides disconnected at once: answer, and we are done.
+            let _ = send(s, &Msg::new(Kind::Drep));
+            finish_disconnect(s, true);
+        }
+        (Kind::Drep, Phase::DreqSent) => finish_disconnect(s, true),
+        _ => {}
+    }
+}
+
+/// The CM connection closed without a goodbye: the peer died or went away.
+pub fn on_eof(s: &Arc<SoftId>, _c: &Arc<Conn>) {
+    let phase = s.st().phase;
+    s.st().conn = None;
+    match phase {
+        Phase::Connected | Phase::RepSent | Phase::ConnResponse | Phase::DreqSent => {
+            error_qp(s);
+            s.st().phase = Phase::Disconnected;
+            s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
+        }
+        Phase::ReqSent => {
+            s.st().phase = Phase::Disconnected;
+            s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ECONNRESET, Param::zeroed(), Vec::new(), false);
+        }
+        Phase::DreqRcvd => {
+            error_qp(s);
+            s.st().phase = Phase::Disconnected;
+        }
+        _ => s.st().phase = Phase::Disconnected,
+    }
+}
+
+fn ud_param(gid: [u8; 16], sgid_index: u8, qpn: u32, qkey: u32) -> Param {
+    let mut p = Param::zeroed();
+    p.0.ud.ah_attr.is_global = 1;
+    p.0.ud.ah_attr.port_num = 1;
+    p.0.ud.ah_attr.grh.dgid.raw = gid;
+    p.0.ud.ah_attr.grh.sgid_index = sgid_index;
+    p.0.ud.ah_attr.grh.hop_limit = 64;
+    p.0.ud.qp_num = qpn;
+    p.0.ud.qkey = qkey;
+    p
+}
+
+fn sidr_connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
+    if p.private_data.len() > SIDR_REQ_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let (src, dst) = {
+        let st = s.st();
+        (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?)
+    };
+    let u = UdpSocket::bind(SocketAddr::new(src.ip(), 0))?;
+    let (token, u) = engine::get().add_udp(u, s);
+    let mut m = Msg::new(Kind::SidrReq);
+    m.port_space = s.ps() as u16;
+    m.tid = (super::random_u32() as u64) << 32 | super::random_u32() as u64;
+    m.src = Some(src);
+    m.dst = Some(dst);
+    m.private = p.private_data;
+    {
+        let mut st = s.st();
+        st.udp = Some((token, u.clone()));
+        st.peer.tid = m.tid;
+        st.phase = Phase::ReqSent;
+    }
+    sidr_send(s.clone(), u, m, dst, 0);
+    Ok(())
+}
+
+/// Sends a SIDR REQ, and again after a second while no reply came (datagrams can be lost).
+fn sidr_send(s: Arc<SoftId>, u: Arc<UdpSocket>, m: Msg, dst: SocketAddr, tries: u32) {
+    {
+        let st = s.st();
+        if st.phase != Phase::ReqSent || st.peer.tid != m.tid {
+            return;
+        }
+    }
+    if tries == 4 {
+        s.st().phase = Phase::Disconnected;
+        s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Param::zeroed(), Vec::new(), true);
+        return;
+    }
+    let _ = u.send_to(&super::wire::encode(&m), dst);
+    engine::get().after(Duration::from_secs(1), move || sidr_send(s, u, m, dst, tries + 1));
+}
+
+fn sidr_accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
+    let p = p.unwrap_or_default();
+    if p.private_data.len() > SIDR_REP_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let qp = s.qp();
+    // SAFETY: a live QP of this id.
+    let qpn = if qp.is_null() { p.qp_num } else { unsafe { (*qp).qp_num } };
+    let src = s.st().src.ok_or(Errno::EINVAL)?;
+    sidr_reply(s, 0, qpn, qp_endpoint(qp, &src), &p.private_data)
+}
+
+fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, endpoint: Option<SocketAddr>, data: &[u8]) -> Result<()> {
+    if data.len() > SIDR_REP_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let (u, to, tid) = {
+        let st = s.st();
+        (st.udp.as_ref().map(|x| x.1.clone()).ok_or(Errno::EINVAL)?, st.peer.udp.ok_or(Errno::EINVAL)?, st.peer.tid)
+    };
+    let mut m = Msg::new(Kind::SidrRep);
+    m.status = status;
+    m.qp_num = qpn;
+    m.qkey = RDMA_UDP_QKEY;
+    m.endpoint = endpoint;
+    m.tid = tid;
+    m.private = data.to_vec();
+    u.send_to(&super::wire::encode(&m), to)?;
+    let mut st = s.st();
+    st.phase = if status == 0 { Phase::Connected } else { Phase::Disconnected };
+    st.udp = None; // the listener's socket: not ours to close
+    Ok(())
+}
+
+/// A datagram on a SIDR socket: a request at a listener, a reply at a client.
+pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
+    match m.kind {
+        Kind::SidrReq if s.st().phase == Phase::Listening => {
+            if m.port_space as u32 != s.ps() {
+                return;
+            }
+            let Some(child) = new_child(s) else { return };
+            let local = u.local_addr().ok().map(|l| {
+                let ip = m.dst.map(|d| d.ip()).unwrap_or(l.ip());
+                SocketAddr::new(ip, l.port())
+            });
+            let remote = m.src.or(Some(from));
+            if set_addrs(&child, local, remote).is_err() {
+                return;
+            }
+            let listener_udp = s.st().udp.clone();
+            {
+                let mut st = child.st();
+                st.phase = Phase::ReqRcvd;
+                st.src = local;
+                st.dst = remote;
+                st.udp = listener_udp.map(|(_, sock)| (0, sock));
+                st.peer.udp = Some(from);
+                st.peer.tid = m.tid;
+                st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
+            }
+            let mut p = s.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, Param::zeroed());
+            p.id = child.core.ptr;
+            p.listen_id = s.core.ptr;
+            p.private = padded(&m.private, SIDR_REQ_DATA);
+            p.ud = true;
+            s.core.post(p);
+        }
+        Kind::SidrRep => {
+            let (ok, dst) = {
+                let st = s.st();
+                (st.phase == Phase::ReqSent && st.peer.tid == m.tid, st.dst)
+            };
+            if !ok {
+                return;
+            }
+            let token = s.st().udp.take().map(|x| x.0);
+            if let Some(t) = token {
+                engine::get().remove(t);
+            }
+            let gid = dst.map(|d| net::gid_of(d.ip())).unwrap_or_default();
+            if m.status != 0 {
+                s.st().phase = Phase::Disconnected;
+                s.post(RDMA_CM_EVENT_UNREACHABLE, m.status as i32, Param::zeroed(), padded(&m.private, SIDR_REP_DATA), true);
+                return;
+            }
+            let _ = add_peer(&gid, m.qp_num, m.endpoint);
+            let sgid = s.st().src.and_then(|a| dev().ok().map(|d| d.gid_index(a.ip()))).unwrap_or(0);
+            s.st().phase = Phase::Connected;
+            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, ud_param(gid, sgid, m.qp_num, m.qkey), padded(&m.private, SIDR_REP_DATA), true);
+        }
+        _ => {}
+    }
+}
+
+pub fn join(s: &Arc<SoftId>, group: SocketAddr, flags: u32, context: usize) -> Result<()> {
+    let src = {
+        let st = s.st();
+        if !matches!(st.phase, Phase::AddrResolved | Phase::RouteResolved | Phase::Bound) {
+            return Err(Errno::EINVAL);
+        }
+        st.src.ok_or(Errno::EINVAL)?
+    };
+    if s.st().mcast.iter().any(|g| g.addr.ip() == group.ip()) {
+        return Err(Errno(libc::EADDRINUSE));
+    }
+    let mgid = net::mgid_of(group.ip());
+    let qp = s.qp();
+    let send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+    let mut attached = false;
+    let mut status = 0;
+    if !qp.is_null() && !send_only {
+        let g = ibv_gid { raw: mgid };
+        // SAFETY: a live QP of this id, a valid gid.
+        match unsafe { ibv_attach_mcast(qp, &g, 0) } {
+            0 => attached = true,
+            e => status = -e.abs(),
+        }
+    }
+    s.st().mcast.push(super::Mcast { addr: group, mgid, attached });
+    let sgid = dev()?.gid_index(src.ip());
+    let mut p = ud_param(mgid, sgid, 0xFF_FFFF, RDMA_UDP_QKEY);
+    p.0.ud.private_data = context as *const libc::c_void;
+    p.0.ud.ah_attr.grh.hop_limit = 1;
+    let ev = if status == 0 { RDMA_CM_EVENT_MULTICAST_JOIN } else { RDMA_CM_EVENT_MULTICAST_ERROR };
+    s.post(ev, status, p, Vec::new(), true);
+    Ok(())
+}
+
+pub fn leave(s: &Arc<SoftId>, group: SocketAddr) -> Result<()> {
+    let g = {
+        let mut st = s.st();
+        let i = st.mcast.iter().position(|g| g.addr.ip() == group.ip()).ok_or(Errno(libc::EADDRNOTAVAIL))?;
+        st.mcast.remove(i)
+    };
+    let qp = s.qp();
+    if g.attached && !qp.is_null() {
+        let gid = ibv_gid { raw: g.mgid };
+        // SAFETY: a live QP of this id, a valid gid.
+        unsafe { ibv_detach_mcast(qp, &gid, 0) };
+    }
+    Ok(())
+}
+
+/// The id is destroyed: say goodbye to the peer and release every socket.
+pub fn teardown(s: &Arc<SoftId>) {
+    let phase = s.st().phase;
+    match phase {
+        Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
+            let _ = send(s, &Msg::new(Kind::Dreq));
+        }
+        Phase::DreqRcvd => {
+            let _ = send(s, &Msg::new(Kind::Drep));
+        }
+        Phase::ReqRcvd if !s.is_ud() => {
+            let mut r = Msg::new(Kind::Rej);
+            r.status = REJ_CONSUMER;
+            let _ = send(s, &r);
+        }
+        _ => {}
+    }
+    let e = engine::get();
+    let (listener, udp, conn, groups) = {
+        let mut st = s.st();
+        st.phase = Phase::Disconnected;
+        st.bound = None;
+        st.path = None;
+        (st.listener.take(), st.udp.take(), st.conn.take(), std::mem::take(&mut st.mcast))
+    };
+    if let Some(t) = listener {
+        e.remove(t);
+    }
+    if let Some((t, _)) = udp {
+        if t != 0 {
+            e.remove(t);
+        }
+    }
+    if let Some(c) = conn {
+        e.remove(c.token);
+    }
+    let qp = s.qp();
+    for g in groups {
+        if g.attached && !qp.is_null() {
+            let gid = ibv_gid { raw: g.mgid };
+            // SAFETY: a live QP of this id, a valid gid.
+            unsafe { ibv_detach_mcast(qp, &gid, 0) };
+        }
+    }
+    let _ = s.core.with_public(|p| {
+        p.route.path_rec = std::ptr::null_mut();
+        p.route.num_paths = 0;
+    });
+}

@@ -1,0 +1,471 @@
+//! The soft backend: the CM in userspace over ordinary sockets, for our
+//! software RDMA device (softverbs). Chosen when the loaded libibverbs
+//! exports the softverbs hook (see `hook`).
+//!
+//! Model: an RDMA port is a TCP port (UDP for RDMA_PS_UDP/IPOIB) on the same
+//! IP; the CM messages of `wire` travel on a TCP connection per connected id
+//! (SIDR over UDP datagrams); the QP transport itself is softverbs', and the
+//! CM tells it where the peer QP lives (`hook::add_peer`).
+
+pub mod conn;
+pub mod engine;
+pub mod hook;
+pub mod net;
+pub mod sock;
+pub mod wire;
+
+use crate::backend::{Backend, ConnParam};
+use crate::cm::event::Param;
+use crate::cm::options::Opt;
+use crate::cm::registry::lock;
+use crate::cm::IdCore;
+use crate::sys::{Errno, Result};
+use crate::verbs::*;
+use rdma_abi::cma::*;
+use rdma_abi::verbs::*;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Where an id stands in the connection protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    Bound,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    /// Active: REQ (or SIDR REQ) sent, waiting for the reply.
+    ReqSent,
+    /// Active, no QP on the id: CONNECT_RESPONSE delivered, waiting for rdma_establish.
+    ConnResponse,
+    /// Passive: CONNECT_REQUEST delivered, waiting for accept/reject.
+    ReqRcvd,
+    /// Passive: REP sent, waiting for the RTU.
+    RepSent,
+    Connected,
+    /// We sent DREQ and wait for DREP.
+    DreqSent,
+    /// The peer sent DREQ; our rdma_disconnect answers it.
+    DreqRcvd,
+    Disconnected,
+}
+
+/// What the peer told us about its side of the connection.
+#[derive(Clone, Debug, Default)]
+pub struct Peer {
+    pub qpn: u32,
+    pub psn: u32,
+    pub qkey: u32,
+    pub gid: [u8; 16],
+    pub endpoint: Option<SocketAddr>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub rnr_retry: u8,
+    pub retry: u8,
+    pub udp: Option<SocketAddr>,
+    pub tid: u64,
+}
+
+pub struct St {
+    pub phase: Phase,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    /// Reserved port / listener socket (bound at bind time).
+    pub bound: Option<std::os::fd::OwnedFd>,
+    pub listener: Option<u64>,
+    pub conn: Option<Arc<engine::Conn>>,
+    pub udp: Option<(u64, Arc<std::net::UdpSocket>)>,
+    pub peer: Peer,
+    pub my_psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry: u8,
+    pub rnr_retry: u8,
+    pub qp_num: u32,
+    pub path: Option<PathRec>,
+    pub mcast: Vec<Mcast>,
+}
+
+pub struct Mcast {
+    pub addr: SocketAddr,
+    pub mgid: [u8; 16],
+    pub attached: bool,
+}
+
+/// A path record allocated with libc (the app reads it through route.path_rec).
+pub struct PathRec(pub *mut ibv_sa_path_rec);
+// SAFETY: plain heap memory owned by the id.
+unsafe impl Send for PathRec {}
+impl Drop for PathRec {
+    fn drop(&mut self) {
+        // SAFETY: allocated by calloc in resolve_route, freed once.
+        unsafe { libc::free(self.0.cast()) };
+    }
+}
+
+pub struct SoftId {
+    pub core: Arc<IdCore>,
+    st: Mutex<St>,
+}
+
+impl SoftId {
+    pub fn st(&self) -> MutexGuard<'_, St> {
+        lock(&self.st)
+    }
+    pub fn ps(&self) -> u32 {
+        self.core.with_public(|p| p.ps).unwrap_or(0)
+    }
+    pub fn is_ud(&self) -> bool {
+        matches!(self.ps(), RDMA_PS_UDP | RDMA_PS_IPOIB)
+    }
+    pub fn qp(&self) -> *mut ibv_qp {
+        self.core.with_public(|p| p.qp).unwrap_or(std::ptr::null_mut())
+    }
+    pub fn post(&self, event: u32, status: i32, param: Param, private: Vec<u8>, ud: bool) {
+        let mut p = self.core.pending(event, status, param);
+        p.private = private;
+        p.ud = ud;
+        self.core.post(p);
+    }
+}
+
+/// The SoftId of an id, made on first use.
+pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
+    let mut st = core.state();
+    if let Some(e) = &st.ext {
+        if let Ok(s) = e.clone().downcast::<SoftId>() {
+            return s;
+        }
+    }
+    let s = Arc::new(SoftId {
+        core: core.clone(),
+        st: Mutex::new(St {
+            phase: Phase::Idle,
+            src: None,
+            dst: None,
+            bound: None,
+            listener: None,
+            conn: None,
+            udp: None,
+            peer: Peer::default(),
+            my_psn: random_u32() & 0xff_ffff,
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry: 7,
+            rnr_retry: 7,
+            qp_num: 0,
+            path: None,
+            mcast: Vec::new(),
+        }),
+    });
+    st.ext = Some(s.clone());
+    s
+}
+
+pub fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom into a live 4-byte buffer.
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
+    u32::from_ne_bytes(b)
+}
+
+/// The soft device: its context, the PD shared by every id, its GID table.
+pub struct Dev {
+    pub ctx: usize,
+    pub pd: usize,
+    pub gids: Vec<[u8; 16]>,
+}
+
+static DEV: OnceLock<std::result::Result<Dev, Errno>> = OnceLock::new();
+
+pub fn dev() -> Result<&'static Dev> {
+    DEV.get_or_init(|| {
+        let ctx = *crate::devices::contexts()?.first().ok_or(Errno::ENODEV)?;
+        // SAFETY: an open device context.
+        let pd = unsafe { ibv_alloc_pd(ctx) };
+        if pd.is_null() {
+            return Err(Errno::last());
+        }
+        // SAFETY: all-zero is a valid ibv_port_attr.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx is open; pa is writable.
+        unsafe { ibv_query_port(ctx, 1, &mut pa) };
+        let mut gids = Vec::new();
+        for i in 0..pa.gid_tbl_len.max(0) {
+            // SAFETY: all-zero is a valid ibv_gid.
+            let mut g: ibv_gid = unsafe { std::mem::zeroed() };
+            // SAFETY: ctx is open; g is writable.
+            if unsafe { ibv_query_gid(ctx, 1, i, &mut g) } != 0 {
+                break;
+            }
+            // SAFETY: reading the raw bytes of the union.
+            gids.push(unsafe { g.raw });
+        }
+        Ok(Dev { ctx: ctx as usize, pd: pd as usize, gids })
+    })
+    .as_ref()
+    .map_err(|e| *e)
+}
+
+impl Dev {
+    pub fn gid_index(&self, ip: IpAddr) -> u8 {
+        let g = net::gid_of(ip);
+        self.gids.iter().position(|x| *x == g).unwrap_or(0) as u8
+    }
+}
+
+/// Attaches the id to the device for a specific local address and fills route.addr.
+pub fn set_addrs(s: &SoftId, src: Option<SocketAddr>, dst: Option<SocketAddr>) -> Result<()> {
+    let attach = src.map(|a| !a.ip().is_unspecified()).unwrap_or(false);
+    let d = if attach { Some(dev()?) } else { None };
+    s.core.with_public(|p| {
+        if let Some(a) = src {
+            // SAFETY: writing the storage member of a union we own.
+            net::to_storage(&a, unsafe { &mut *(std::ptr::addr_of_mut!(p.route.addr.src.storage) as *mut [u8; 128]) });
+            p.route.addr.addr.ibaddr.sgid.raw = net::gid_of(a.ip());
+        }
+        if let Some(a) = dst {
+            // SAFETY: as above.
+            net::to_storage(&a, unsafe { &mut *(std::ptr::addr_of_mut!(p.route.addr.dst.storage) as *mut [u8; 128]) });
+            p.route.addr.addr.ibaddr.dgid.raw = net::gid_of(a.ip());
+        }
+        if let Some(d) = d {
+            p.verbs = d.ctx as *mut ibv_context;
+            p.port_num = 1;
+            if p.pd.is_null() {
+                p.pd = d.pd as *mut ibv_pd;
+            }
+            p.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        }
+    })
+}
+
+pub struct Soft;
+
+static SOFT: Soft = Soft;
+
+pub fn backend() -> &'static dyn Backend {
+    &SOFT
+}
+
+/// Binds an id's RDMA port: reserves the TCP (or UDP) port now.
+fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
+    if !net::is_local(a.ip()) {
+        return Err(sock::unavailable());
+    }
+    let fd = sock::bind(&a, s.is_ud())?;
+    let real = sock::local_addr(&fd)?;
+    set_addrs(s, Some(real), None)?;
+    let mut st = s.st();
+    st.bound = Some(fd);
+    st.src = Some(real);
+    st.phase = Phase::Bound;
+    Ok(())
+}
+
+impl Backend for Soft {
+    fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
+        let s = soft_id(id);
+        let a = net::from_bytes(addr)?;
+        if s.st().phase != Phase::Idle {
+            return Err(Errno::EINVAL);
+        }
+        do_bind(&s, a)
+    }
+
+    fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], _timeout_ms: i32) -> Result<()> {
+        let s = soft_id(id);
+        let dst = net::from_bytes(dst)?;
+        let phase = s.st().phase;
+        if !matches!(phase, Phase::Idle | Phase::Bound | Phase::AddrResolved) {
+            return Err(Errno::EINVAL);
+        }
+        if phase == Phase::Idle {
+            if let Some(b) = src {
+                do_bind(&s, net::from_bytes(b)?)?;
+            }
+        }
+        let bound = s.st().src;
+        let status = match net::route_source(&dst) {
+            Ok(ip) => {
+                let src = match bound {
+                    Some(b) if !b.ip().is_unspecified() => b,
+                    Some(b) => SocketAddr::new(ip, b.port()),
+                    None => {
+                        // An active id gets a port of its own, as the kernel gives one.
+                        let fd = sock::bind(&SocketAddr::new(ip, 0), s.is_ud())?;
+                        let a = sock::local_addr(&fd)?;
+                        s.st().bound = Some(fd);
+                        a
+                    }
+                };
+                set_addrs(&s, Some(src), Some(dst))?;
+                let mut st = s.st();
+                st.src = Some(src);
+                st.dst = Some(dst);
+                st.phase = Phase::AddrResolved;
+                0
+            }
+            Err(e) => -e.0,
+        };
+        let ev = if status == 0 { RDMA_CM_EVENT_ADDR_RESOLVED } else { RDMA_CM_EVENT_ADDR_ERROR };
+        s.post(ev, status, Param::zeroed(), Vec::new(), false);
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn resolve_route(&self, id: &Arc<IdCore>, _timeout_ms: i32) -> Result<()> {
+        let s = soft_id(id);
+        route_resolved(&s)?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn listen(&self, id: &Arc<IdCore>, backlog: i32) -> Result<()> {
+        let s = soft_id(id);
+        if s.st().phase == Phase::Idle {
+            let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+            do_bind(&s, any)?;
+        }
+        let mut st = s.st();
+        if st.phase != Phase::Bound {
+            return Err(Errno::EINVAL);
+        }
+        let fd = st.bound.take().ok_or(Errno::EINVAL)?;
+        let e = engine::get();
+        if s.is_ud() {
+            st.udp = Some(e.add_udp(sock::udp(fd), &s));
+        } else {
+            st.listener = Some(e.add_listener(sock::listen(fd, backlog)?, &s));
+        }
+        st.phase = Phase::Listening;
+        Ok(())
+    }
+
+    fn connect(&self, id: &Arc<IdCore>, p: ConnParam) -> Result<()> {
+        let s = soft_id(id);
+        conn::connect(&s, p)?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn accept(&self, id: &Arc<IdCore>, p: Option<ConnParam>) -> Result<()> {
+        let s = soft_id(id);
+        conn::accept(&s, p)?;
+        if id.is_sync() {
+            if s.is_ud() {
+                id.ack_stored_event()?;
+            } else {
+                id.complete()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reject(&self, id: &Arc<IdCore>, data: &[u8], vendor_reason: bool) -> Result<()> {
+        conn::reject(&soft_id(id), data, if vendor_reason { 35 } else { 28 })
+    }
+
+    fn establish(&self, id: &Arc<IdCore>) -> Result<()> {
+        conn::establish(&soft_id(id))
+    }
+
+    fn notify(&self, id: &Arc<IdCore>, _event: u32) -> Result<()> {
+        match soft_id(id).st().phase {
+            Phase::Connected | Phase::RepSent => Ok(()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn disconnect(&self, id: &Arc<IdCore>) -> Result<()> {
+        conn::disconnect(&soft_id(id))?;
+        Ok(())
+    }
+
+    fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
+        conn::init_qp_attr(&soft_id(id), attr, mask)
+    }
+
+    fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
+        let s = soft_id(id);
+        conn::join(&s, net::from_bytes(addr)?, join_flags, context)?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn leave_multicast(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
+        conn::leave(&soft_id(id), net::from_bytes(addr)?)
+    }
+
+    fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
+        let s = soft_id(id);
+        match opt {
+            Opt::ReuseAddr(_) | Opt::AfOnly(_) if s.st().phase != Phase::Idle => Err(Errno::EINVAL),
+            Opt::IbPath(_) => {
+                route_resolved(&s)?;
+                if id.is_sync() {
+                    id.complete()?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn destroy(&self, id: &Arc<IdCore>) {
+        let ext = id.state().ext.take();
+        if let Some(e) = ext {
+            if let Ok(s) = e.downcast::<SoftId>() {
+                conn::teardown(&s);
+            }
+        }
+    }
+}
+
+/// ROUTE_RESOLVED with one RoCE-style path record.
+fn route_resolved(s: &SoftId) -> Result<()> {
+    let (src, dst) = {
+        let st = s.st();
+        if st.phase != Phase::AddrResolved {
+            return Err(Errno::EINVAL);
+        }
+        (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?)
+    };
+    // SAFETY: calloc of one record; checked; owned by PathRec.
+    let rec = unsafe { libc::calloc(1, std::mem::size_of::<ibv_sa_path_rec>()) } as *mut ibv_sa_path_rec;
+    if rec.is_null() {
+        return Err(Errno::ENOMEM);
+    }
+    // SAFETY: a zeroed record we own.
+    let r = unsafe { &mut *rec };
+    r.dgid.raw = net::gid_of(dst.ip());
+    r.sgid.raw = net::gid_of(src.ip());
+    r.pkey = 0xffffu16.to_be();
+    r.hop_limit = 64;
+    r.reversible = 1;
+    r.numb_path = 1;
+    r.mtu_selector = 2;
+    r.mtu = IBV_MTU_4096 as u8;
+    r.rate_selector = 2;
+    r.rate = 3;
+    r.packet_life_time_selector = 2;
+    r.packet_life_time = 14;
+    s.core.with_public(|p| {
+        p.route.path_rec = rec;
+        p.route.num_paths = 1;
+    })?;
+    let mut st = s.st();
+    st.path = Some(PathRec(rec));
+    st.phase = Phase::RouteResolved;
+    drop(st);
+    s.post(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::zeroed(), Vec::new(), false);
+    Ok(())
+}
