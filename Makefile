@@ -19,6 +19,8 @@ PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BINDIR      ?= $(PREFIX)/bin
+SOFTLIBDIR  ?= $(LIBDIR)/rdmacm-rs/soft
 DESTDIR     ?=
 
 .PHONY: all lib staticlib test test-rust test-abi test-c check-map install uninstall clean demo
@@ -39,12 +41,15 @@ lib: staticlib librdmacm.map
 	ln -sf $(SONAME) $(LIBDIR_OUT)/librdmacm.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	  -e 's|@VERSION@|$(VERSION)|' librdmacm.pc.in > $(LIBDIR_OUT)/librdmacm.pc
+	mkdir -p build/bin
+	sed -e 's|@LIBDIR@|../lib|' -e 's|@SOFTDIR@|../lib/soft|' tools/rdmacm-soft.in > build/bin/rdmacm-soft
+	chmod +x build/bin/rdmacm-soft
 
 # The map is generated from the symbol lists; fail if someone edited one but not the other.
 check-map:
 	tools/gen-map.sh && git diff --exit-code -- librdmacm.map
 
-test: lib test-rust test-abi test-c
+test: lib test-rust test-abi test-c test-softverbs
 
 test-rust:
 	$(CARGO) test --workspace
@@ -66,19 +71,32 @@ install: lib
 	install -m 0644 include/rdma/rdma_cma.h include/rdma/rdma_verbs.h include/rdma/rsocket.h \
 	  $(DESTDIR)$(INCLUDEDIR)/rdma/
 	install -m 0644 $(LIBDIR_OUT)/librdmacm.pc $(DESTDIR)$(PKGCONFIGDIR)/librdmacm.pc
+	install -d $(DESTDIR)$(BINDIR)
+	sed -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@SOFTDIR@|$(SOFTLIBDIR)|' tools/rdmacm-soft.in > $(DESTDIR)$(BINDIR)/rdmacm-soft
+	chmod 0755 $(DESTDIR)$(BINDIR)/rdmacm-soft
+	if [ -e build/lib/soft/libibverbs.so.1 ]; then \
+	  install -d $(DESTDIR)$(SOFTLIBDIR) && \
+	  install -m 0755 build/lib/soft/libibverbs.so.1.* $(DESTDIR)$(SOFTLIBDIR)/ && \
+	  ln -sf $$(basename build/lib/soft/libibverbs.so.1.*) $(DESTDIR)$(SOFTLIBDIR)/libibverbs.so.1; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/librdmacm.so
 	rm -f $(DESTDIR)$(INCLUDEDIR)/rdma/rdma_cma.h $(DESTDIR)$(INCLUDEDIR)/rdma/rdma_verbs.h \
 	  $(DESTDIR)$(INCLUDEDIR)/rdma/rsocket.h
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/rdma 2>/dev/null
-	rm -f $(DESTDIR)$(PKGCONFIGDIR)/librdmacm.pc
+	rm -f $(DESTDIR)$(PKGCONFIGDIR)/librdmacm.pc $(DESTDIR)$(BINDIR)/rdmacm-soft
+	rm -rf $(DESTDIR)$(SOFTLIBDIR)
+	-rmdir $(DESTDIR)$(LIBDIR)/rdmacm-rs 2>/dev/null
 
-demo:
-	@echo "make demo runs Debian's rping over the soft fabric once issue 4 (softverbs) lands;"
-	@echo "today there is no software device yet, so rping reports that no RDMA device exists:"
-	-LD_LIBRARY_PATH=$(LIBDIR_OUT) timeout 10 rping -c -a 127.0.0.1 -C 1
+# Debian's rping, unmodified, over the soft fabric on 127.0.0.1.
+demo: all
+	@echo "== rping server and client over the soft RDMA fabric (127.0.0.1) =="
+	build/bin/rdmacm-soft timeout 30 rping -s -a 127.0.0.1 -v -C 10 & \
+	sleep 0.5; build/bin/rdmacm-soft timeout 30 rping -c -a 127.0.0.1 -v -C 10; c=$$?; wait $$!; s=$$?; \
+	echo "client exit $$c, server exit $$s"; [ $$c -eq 0 ] && [ $$s -eq 0 ]
 
 clean:
 	$(CARGO) clean
 	rm -rf build
+include tests/vm/vm.mk
+include softverbs/softverbs.mk

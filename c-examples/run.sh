@@ -94,6 +94,7 @@ if [ $# -gt 0 ]; then
 else
 	progs=()
 	for src in c-examples/*.c; do
+		case "$(basename "$src")" in dev_*) continue;; esac  # device programs: run-device.sh
 		progs+=("$(basename "$src" .c)")
 	done
 fi

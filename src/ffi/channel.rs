@@ -23,6 +23,13 @@ entry! {
         let ch = ChannelBox::lookup(channel)?;
         super::args::non_null(event)?;
         let ev = EventBox::deliver(ch.pop()?);
+        if crate::trace::enabled() {
+            // SAFETY: the event we just delivered.
+            let e = unsafe { &*ev };
+            crate::trace::emit(crate::trace::start(), || {
+                format!("  event {} status {} id {:?} listen_id {:?}", event_name(e.event).trim_end_matches('\0'), e.status, e.id, e.listen_id)
+            });
+        }
         // SAFETY: checked non-NULL above; the caller gives a writable slot.
         unsafe { out(event, ev) }?;
         Ok(0)

@@ -330,7 +330,7 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
         }
         IBV_QPS_RTR if ud => IBV_QP_STATE,
         IBV_QPS_RTR => {
-            if !matches!(st.phase, Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
+            if !matches!(st.phase, Phase::ReqSent | Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
                 return Err(Errno::EINVAL);
             }
             let src = st.src.ok_or(Errno::EINVAL)?;
@@ -362,7 +362,7 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
             IBV_QP_STATE | IBV_QP_SQ_PSN
         }
         IBV_QPS_RTS => {
-            if !matches!(st.phase, Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
+            if !matches!(st.phase, Phase::ReqSent | Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
                 return Err(Errno::EINVAL);
             }
             a.timeout = s.core.state().options.ack_timeout.unwrap_or(14);

@@ -1,0 +1,52 @@
+#!/bin/bash
+# Debian's unmodified RDMA programs on the soft fabric, over 127.0.0.1, each
+# pair under a timeout: server in the background, client in the foreground.
+#   tests/soft/run.sh [name ...]    (default: every pair)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+L=$PWD/build/bin/rdmacm-soft
+out=build/soft-tests; rm -rf "$out"; mkdir -p "$out"
+pass=0; fail=0; only=("$@")
+
+want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
+
+# pair NAME SERVER_EXITS(1|0) "server command" "client command" [check-regex-in-client-output]
+pair() {
+	local name=$1 exits=$2 srv=$3 cli=$4 check=${5:-}
+	want "$name" || return 0
+	timeout 60 "$L" $srv > "$out/$name.server.log" 2>&1 &
+	local spid=$!
+	sleep 0.5
+	timeout 60 "$L" $cli > "$out/$name.client.log" 2>&1
+	local crc=$? src=0
+	if [ "$exits" = 1 ]; then
+		wait $spid; src=$?
+	else
+		kill $spid 2>/dev/null; wait $spid 2>/dev/null
+	fi
+	local why=""
+	[ $crc -ne 0 ] && why="client exit $crc"
+	[ $src -ne 0 ] && why="$why server exit $src"
+	if [ -z "$why" ] && [ -n "$check" ] && ! grep -Eq "$check" "$out/$name.client.log"; then why="client output lacks /$check/"; fi
+	if [ -z "$why" ]; then echo "PASS $name"; pass=$((pass+1))
+	else
+		echo "FAIL $name: $why"; fail=$((fail+1))
+		echo "--- server:"; tail -5 "$out/$name.server.log"; echo "--- client:"; tail -5 "$out/$name.client.log"
+	fi
+}
+
+A=127.0.0.1
+pair rping 1 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
+pair udaddy 1 "udaddy -p 7302" "udaddy -s $A -p 7302" "test complete"
+pair mckey 1 "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
+pair ucmatose 1 "ucmatose -p 7303" "ucmatose -s $A -p 7303 -c 10" "test complete"
+pair cmtime 0 "cmtime -b $A -p 7304" "cmtime -s $A -p 7304 -c 100" "connect"
+pair rdma_server 1 "rdma_server -p 7305" "rdma_client -s $A -p 7305" "end 0"
+pair rdma_xserver 1 "rdma_xserver -p 7306" "rdma_xclient -s $A -p 7306" "end 0"
+pair ib_send_lat 1 "ib_send_lat -R -p 7307" "ib_send_lat -R -p 7307 $A" "t_avg"
+pair ib_write_bw 1 "ib_write_bw -R -p 7308" "ib_write_bw -R -p 7308 $A" "BW average"
+pair ib_read_lat 1 "ib_read_lat -R -p 7309" "ib_read_lat -R -p 7309 $A" "t_avg"
+pair ib_send_bw_ud 1 "ib_send_bw -R -c UD -p 7310" "ib_send_bw -R -c UD -p 7310 $A" "BW average"
+
+echo "soft: $pass passed, $fail failed"
+[ $fail -eq 0 ]
