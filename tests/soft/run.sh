@@ -37,9 +37,9 @@ pair() {
 
 A=127.0.0.1
 pair rping 1 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
-pair udaddy 1 "udaddy -p 7302" "udaddy -s $A -p 7302" "test complete"
+pair udaddy 1 "udaddy" "udaddy -s $A" "test complete"
 pair mckey 1 "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
-pair ucmatose 1 "ucmatose -p 7303" "ucmatose -s $A -p 7303 -c 10" "test complete"
+pair ucmatose 1 "ucmatose -p 7303 -c 10" "ucmatose -s $A -p 7303 -c 10" "test complete"
 pair cmtime 0 "cmtime -b $A -p 7304" "cmtime -s $A -p 7304 -c 100" "connect"
 pair rdma_server 1 "rdma_server -p 7305" "rdma_client -s $A -p 7305" "end 0"
 pair rdma_xserver 1 "rdma_xserver -p 7306" "rdma_xclient -s $A -p 7306" "end 0"
