@@ -25,7 +25,7 @@ DESTDIR     ?=
 
 .PHONY: all lib staticlib test test-rust test-abi test-c check-map install uninstall clean demo
 
-all: lib
+all: lib softverbs
 
 staticlib:
 	$(CARGO) build $(CARGO_FLAGS) -p rdmacm
@@ -49,7 +49,7 @@ lib: staticlib librdmacm.map
 check-map:
 	tools/gen-map.sh && git diff --exit-code -- librdmacm.map
 
-test: lib test-rust test-abi test-c test-softverbs
+test: all test-rust test-abi test-c test-softverbs test-soft
 
 test-rust:
 	$(CARGO) test --workspace
@@ -63,7 +63,15 @@ test-abi: lib
 test-c: lib
 	bash c-examples/run.sh
 
-install: lib
+# Debian's programs and our device-level c-examples on the soft fabric (issue 4).
+test-soft: all
+	bash tests/soft/run.sh
+	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect rxe 127.0.0.1 \
+	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$')
+	bash tests/soft/netns.sh
+	bash tests/soft/faults.sh
+
+install: lib softverbs
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/rdma $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 0755 $(LIBDIR_OUT)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)

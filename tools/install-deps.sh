@@ -7,6 +7,7 @@ pkgs=(
   libibverbs-dev librdmacm-dev     # system headers the layout checks compare with
   abigail-tools                    # abidiff against Debian's librdmacm.so.1
   rdmacm-utils perftest qperf      # Debian's consumers (BIND_NOW load checks, demo)
+  ibverbs-utils                    # ibv_devinfo / ibv_devices against softverbs
   python3-pyverbs                  # pyverbs.cmid load check
   valgrind                         # c-examples under valgrind
   iproute2                         # network namespaces (soft fabric tests)

@@ -5,4 +5,5 @@
 #![no_std]
 
 pub mod cma;
+pub mod softverbs;
 pub mod verbs;

@@ -297,6 +297,8 @@ pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
             let _ = send(s, &Msg::new(Kind::Drep));
             finish_disconnect(s, false);
         }
+        // The peer died: the connection is gone already, as is our QP's.
+        Phase::Disconnected if s.st().peer_lost => error_qp(s),
         _ => return Err(Errno::EINVAL),
     }
     if s.core.is_sync() {
@@ -305,12 +307,28 @@ pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
     Ok(())
 }
 
-fn finish_disconnect(s: &SoftId, event: bool) {
+fn finish_disconnect(s: &Arc<SoftId>, event: bool) {
     s.st().phase = Phase::Disconnected;
     drop_conn(s);
     if event {
         s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
     }
+    timewait(s);
+}
+
+/// How long a disconnected id stays in timewait before TIMEWAIT_EXIT.
+const TIMEWAIT: Duration = Duration::from_millis(500);
+
+/// TIMEWAIT_EXIT after the connection is gone on this side, as the IB CM
+/// reports it once stale packets can no longer arrive (unless the id is
+/// destroyed first).
+fn timewait(s: &Arc<SoftId>) {
+    let w = Arc::downgrade(s);
+    engine::get().after(TIMEWAIT, move || {
+        if let Some(s) = w.upgrade() {
+            s.post(RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, Param::zeroed(), Vec::new(), false);
+        }
+    });
 }
 
 pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
@@ -415,7 +433,7 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
     p.id = child.core.ptr;
     p.listen_id = l.core.ptr;
     p.private = padded(&m.private, REQ_DATA);
-    l.core.post(p);
+    l.post_pending(p);
 }
 
 /// A new id inheriting the listener's channel, context and port space (its
@@ -500,11 +518,15 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
 pub fn on_eof(s: &Arc<SoftId>, _c: &Arc<Conn>) {
     let phase = s.st().phase;
     s.st().conn = None;
+    if phase != Phase::Disconnected {
+        s.st().peer_lost = true;
+    }
     match phase {
         Phase::Connected | Phase::RepSent | Phase::ConnResponse | Phase::DreqSent => {
             error_qp(s);
             s.st().phase = Phase::Disconnected;
             s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
+            timewait(s);
         }
         Phase::ReqSent => {
             s.st().phase = Phase::Disconnected;
@@ -513,6 +535,7 @@ pub fn on_eof(s: &Arc<SoftId>, _c: &Arc<Conn>) {
         Phase::DreqRcvd => {
             error_qp(s);
             s.st().phase = Phase::Disconnected;
+            timewait(s);
         }
         _ => s.st().phase = Phase::Disconnected,
     }
@@ -639,7 +662,7 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
             p.listen_id = s.core.ptr;
             p.private = padded(&m.private, SIDR_REQ_DATA);
             p.ud = true;
-            s.core.post(p);
+            s.post_pending(p);
         }
         Kind::SidrRep => {
             let (ok, dst) = {
@@ -719,7 +742,11 @@ pub fn leave(s: &Arc<SoftId>, group: SocketAddr) -> Result<()> {
 
 /// The id is destroyed: say goodbye to the peer and release every socket.
 pub fn teardown(s: &Arc<SoftId>) {
-    let phase = s.st().phase;
+    let phase = {
+        let mut st = s.st();
+        st.dead = true;
+        st.phase
+    };
     match phase {
         Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
             let _ = send(s, &Msg::new(Kind::Dreq));

@@ -25,6 +25,7 @@ use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 /// Where an id stands in the connection protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +85,10 @@ pub struct St {
     pub qp_num: u32,
     pub path: Option<PathRec>,
     pub mcast: Vec<Mcast>,
+    /// Set once the id is torn down: nothing may be posted for it after that.
+    pub dead: bool,
+    /// The CM connection ended without a goodbye (the peer died).
+    pub peer_lost: bool,
 }
 
 pub struct Mcast {
@@ -125,7 +130,18 @@ impl SoftId {
         let mut p = self.core.pending(event, status, param);
         p.private = private;
         p.ud = ud;
-        self.core.post(p);
+        self.post_pending(p);
+    }
+
+    /// Queues an event unless the id is being destroyed. The check and the
+    /// push happen under the id's lock, which teardown takes to set `dead`:
+    /// so no event can slip in after destroy dropped the unread ones.
+    pub fn post_pending(&self, p: crate::cm::Pending) {
+        let st = self.st();
+        if !st.dead {
+            self.core.post(p);
+        }
+        drop(st);
     }
 }
 
@@ -156,6 +172,8 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             qp_num: 0,
             path: None,
             mcast: Vec::new(),
+            dead: false,
+            peer_lost: false,
         }),
     });
     st.ext = Some(s.clone());
@@ -273,11 +291,11 @@ impl Backend for Soft {
         do_bind(&s, a)
     }
 
-    fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], _timeout_ms: i32) -> Result<()> {
+    fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
         let s = soft_id(id);
         let dst = net::from_bytes(dst)?;
         let phase = s.st().phase;
-        if !matches!(phase, Phase::Idle | Phase::Bound | Phase::AddrResolved) {
+        if !matches!(phase, Phase::Idle | Phase::Bound) {
             return Err(Errno::EINVAL);
         }
         if phase == Phase::Idle {
@@ -285,31 +303,28 @@ impl Backend for Soft {
                 do_bind(&s, net::from_bytes(b)?)?;
             }
         }
-        let bound = s.st().src;
-        let status = match net::route_source(&dst) {
-            Ok(ip) => {
-                let src = match bound {
-                    Some(b) if !b.ip().is_unspecified() => b,
-                    Some(b) => SocketAddr::new(ip, b.port()),
-                    None => {
-                        // An active id gets a port of its own, as the kernel gives one.
-                        let fd = sock::bind(&SocketAddr::new(ip, 0), s.is_ud())?;
-                        let a = sock::local_addr(&fd)?;
-                        s.st().bound = Some(fd);
-                        a
-                    }
-                };
-                set_addrs(&s, Some(src), Some(dst))?;
-                let mut st = s.st();
-                st.src = Some(src);
-                st.dst = Some(dst);
-                st.phase = Phase::AddrResolved;
-                0
-            }
-            Err(e) => -e.0,
+        let bound_ip = s.st().src.map(|a| a.ip()).filter(|ip| !ip.is_unspecified());
+        let route = match bound_ip {
+            // A multicast group is reached from the address the id is bound to.
+            Some(ip) if dst.ip().is_multicast() => Ok(ip),
+            _ => net::route_source(&dst),
         };
-        let ev = if status == 0 { RDMA_CM_EVENT_ADDR_RESOLVED } else { RDMA_CM_EVENT_ADDR_ERROR };
-        s.post(ev, status, Param::zeroed(), Vec::new(), false);
+        if route.is_ok() && !net::is_local(dst.ip()) && !dst.ip().is_multicast() {
+            // A remote host: answer once it proved reachable (what ARP tells the kernel).
+            let s2 = s.clone();
+            let wait = Duration::from_millis(timeout_ms.clamp(100, 60_000) as u64);
+            std::thread::spawn(move || {
+                let probe = SocketAddr::new(dst.ip(), if dst.port() == 0 { 9 } else { dst.port() });
+                let r = match std::net::TcpStream::connect_timeout(&probe, wait) {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+                    Err(e) => Err(Errno::from(e)),
+                };
+                post_resolved(&s2, r.and_then(|()| resolved(&s2, dst, route)));
+            });
+        } else {
+            post_resolved(&s, route.and_then(|ip| resolved(&s, dst, Ok(ip))));
+        }
         if id.is_sync() {
             id.complete()?;
         }
@@ -408,7 +423,7 @@ impl Backend for Soft {
     fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
         let s = soft_id(id);
         match opt {
-            Opt::ReuseAddr(_) | Opt::AfOnly(_) if s.st().phase != Phase::Idle => Err(Errno::EINVAL),
+            Opt::ReuseAddr(_) | Opt::AfOnly(_) if !matches!(s.st().phase, Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
             Opt::IbPath(_) => {
                 route_resolved(&s)?;
                 if id.is_sync() {
@@ -428,6 +443,36 @@ impl Backend for Soft {
             }
         }
     }
+}
+
+fn post_resolved(s: &SoftId, r: Result<()>) {
+    match r {
+        Ok(()) => s.post(RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::zeroed(), Vec::new(), false),
+        Err(e) => s.post(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed(), Vec::new(), false),
+    }
+}
+
+/// Records a resolved destination with the source address its route gives
+/// (an active id gets a port of its own, as the kernel gives one).
+fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
+    let ip = route?;
+    let bound = s.st().src;
+    let src = match bound {
+        Some(b) if !b.ip().is_unspecified() => b,
+        Some(b) => SocketAddr::new(ip, b.port()),
+        None => {
+            let fd = sock::bind(&SocketAddr::new(ip, 0), s.is_ud())?;
+            let a = sock::local_addr(&fd)?;
+            s.st().bound = Some(fd);
+            a
+        }
+    };
+    set_addrs(s, Some(src), Some(dst))?;
+    let mut st = s.st();
+    st.src = Some(src);
+    st.dst = Some(dst);
+    st.phase = Phase::AddrResolved;
+    Ok(())
 }
 
 /// ROUTE_RESOLVED with one RoCE-style path record.

@@ -1,0 +1,60 @@
+//! Mirror of `softverbs/include/softverbs.h`: the hook table our software `libibverbs.so.1`
+//! exports as `softverbs_cm_ops@@SOFTVERBS_1.0` so that our librdmacm's soft CM can tell it
+//! where the peers of a QP live (`dlsym(handle, "softverbs_cm_ops")`, then call it).
+//!
+//! Not part of rdma-core: the layout is ours and is asserted below (and compared with the C
+//! header by softverbs' own tests).
+
+use crate::verbs::{ibv_context, ibv_gid, ibv_qp};
+use libc::{c_int, sockaddr, sockaddr_storage, socklen_t};
+
+/// `struct softverbs_cm_ops`. Check `size >= size_of::<softverbs_cm_ops>()` and
+/// `version >= SOFTVERBS_CM_OPS_VERSION` before using a member.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct softverbs_cm_ops {
+    /// `sizeof(struct softverbs_cm_ops)`.
+    pub size: u32,
+    /// [`SOFTVERBS_CM_OPS_VERSION`].
+    pub version: u32,
+    /// Where frames for `qp` must be sent: the IP of `local_gid` (one of the device's GIDs)
+    /// and the port of the QP's context. Returns 0 or an errno value.
+    pub qp_endpoint: Option<
+        unsafe extern "C" fn(
+            qp: *mut ibv_qp,
+            local_gid: *const ibv_gid,
+            out: *mut sockaddr_storage,
+        ) -> c_int,
+    >,
+    /// Records that the QP `(gid, qpn)` is reachable at `addr` (the peer's `qp_endpoint`).
+    /// Call before moving an RC QP to RTR and before UD sends; repeated calls update the
+    /// entry. Returns 0 or an errno value.
+    pub add_peer: Option<
+        unsafe extern "C" fn(
+            ctx: *mut ibv_context,
+            gid: *const ibv_gid,
+            qpn: u32,
+            addr: *const sockaddr,
+            len: socklen_t,
+        ) -> c_int,
+    >,
+}
+
+/// Current `softverbs_cm_ops.version`.
+pub const SOFTVERBS_CM_OPS_VERSION: u32 = 1;
+
+/// Symbol name to `dlsym` (the function returns `const struct softverbs_cm_ops *`).
+pub const SOFTVERBS_CM_OPS_SYMBOL: &str = "softverbs_cm_ops";
+
+/// The exported accessor: `const struct softverbs_cm_ops *softverbs_cm_ops(void)`.
+pub type softverbs_cm_ops_fn = unsafe extern "C" fn() -> *const softverbs_cm_ops;
+
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<softverbs_cm_ops>() == 24);
+    assert!(align_of::<softverbs_cm_ops>() == 8);
+    assert!(offset_of!(softverbs_cm_ops, size) == 0);
+    assert!(offset_of!(softverbs_cm_ops, version) == 4);
+    assert!(offset_of!(softverbs_cm_ops, qp_endpoint) == 8);
+    assert!(offset_of!(softverbs_cm_ops, add_peer) == 16);
+};

@@ -1,0 +1,48 @@
+/* softverbs: hook exported by the software libibverbs.so.1 (node SOFTVERBS_1.0).
+ *
+ * The verbs API names a remote QP only by (dgid, dest_qp_num) at RTR, or by
+ * (ah dgid, remote_qpn) for UD. The soft device carries frames over TCP (RC) and
+ * UDP (UD) between per-context endpoints (IP:port); this table lets the connection
+ * manager publish and learn those endpoints:
+ *
+ *   const struct softverbs_cm_ops *(*get)(void) = dlsym(h, "softverbs_cm_ops");
+ *   const struct softverbs_cm_ops *ops = get();
+ *   ops->qp_endpoint(qp, &local_gid, &ss);     // send ss to the peer in the CM message
+ *   ops->add_peer(ctx, &peer_gid, peer_qpn, (struct sockaddr *)&peer_ss, len);
+ *
+ * Check ops->size and ops->version before using a member.
+ */
+#ifndef SOFTVERBS_H
+#define SOFTVERBS_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SOFTVERBS_CM_OPS_VERSION 1
+
+struct softverbs_cm_ops {
+	uint32_t size;     /* sizeof(struct softverbs_cm_ops) */
+	uint32_t version;  /* SOFTVERBS_CM_OPS_VERSION */
+	/* Where frames for this QP must be sent (its context's TCP/UDP endpoint: the IP
+	 * of the GID the caller names, and the context port); 0 or an errno value. */
+	int (*qp_endpoint)(struct ibv_qp *qp, const union ibv_gid *local_gid,
+			   struct sockaddr_storage *out);
+	/* (gid, qpn) is reachable at `addr`; the CM calls it before moving a QP to RTR
+	 * (RC) and before UD sends; repeated calls update it; 0 or an errno value. */
+	int (*add_peer)(struct ibv_context *ctx, const union ibv_gid *gid, uint32_t qpn,
+			const struct sockaddr *addr, socklen_t len);
+};
+
+/* Exported as softverbs_cm_ops@@SOFTVERBS_1.0. Never NULL. */
+const struct softverbs_cm_ops *softverbs_cm_ops(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SOFTVERBS_H */

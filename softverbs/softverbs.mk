@@ -1,0 +1,26 @@
+# softverbs: our software RDMA device as its own libibverbs.so.1 (included by the root
+# Makefile). `make softverbs` leaves build/lib/soft/libibverbs.so.1 -> libibverbs.so.1.14.0;
+# `make test-softverbs` runs every softverbs check and ends with "N passed, M failed".
+
+SV_DIR       := softverbs
+SV_OUT       := build/lib/soft
+SV_SONAME    := libibverbs.so.1
+SV_REALNAME  := libibverbs.so.1.14.0
+SV_STATICLIB := target/$(PROFILE)/libsoftverbs.a
+
+.PHONY: softverbs softverbs-staticlib test-softverbs
+
+softverbs-staticlib:
+	$(CARGO) build $(CARGO_FLAGS) -p softverbs
+
+softverbs: softverbs-staticlib $(SV_DIR)/libibverbs.map
+	mkdir -p $(SV_OUT)
+	$(CC) -shared -o $(SV_OUT)/$(SV_REALNAME) \
+	  -Wl,--whole-archive $(SV_STATICLIB) -Wl,--no-whole-archive \
+	  -Wl,--version-script=$(SV_DIR)/libibverbs.map -Wl,-soname,$(SV_SONAME) \
+	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed -s \
+	  $(NATIVE_LIBS)
+	ln -sf $(SV_REALNAME) $(SV_OUT)/$(SV_SONAME)
+
+test-softverbs: softverbs lib
+	bash $(SV_DIR)/tests/run.sh

@@ -1,0 +1,121 @@
+//! `ibv_get_async_event` / `ibv_ack_async_event`.
+
+use super::handles;
+use crate::core::context::AsyncElem;
+use crate::core::registry::lock;
+use crate::sys::{read_unit, set_errno, Errno};
+use libc::c_int;
+use rdma_abi::verbs::*;
+use std::sync::{LazyLock, Mutex};
+
+/// Events handed out and not yet acknowledged: (element pointer, object). Keeps the
+/// object reachable for the ack even after its handle was destroyed (destroy waits).
+static DELIVERED: LazyLock<Mutex<Vec<(usize, AsyncElem)>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
+#[inline(never)]
+extern "C" fn async_fd(context: *mut ibv_context) -> c_int {
+    match std::panic::catch_unwind(|| handles::ctx(context).map(|c| c.async_q.fd())) {
+        Ok(Ok(fd)) => fd,
+        _ => {
+            set_errno(Errno::EINVAL);
+            -1
+        }
+    }
+}
+
+/// 1 = delivered, 0 = nothing queued, -1 = error (errno set).
+#[inline(never)]
+extern "C" fn take_async(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
+    let r = std::panic::catch_unwind(|| {
+        let Ok(ctx) = handles::ctx(context) else { return -1 };
+        let got = ctx.async_q.pop_with(|e| {
+            let (elem, ptr) = match &e.elem {
+                AsyncElem::Cq(c) => {
+                    c.async_events.reported();
+                    (ibv_async_event_element { cq: c.ibv() }, c.ibv() as usize)
+                }
+                AsyncElem::Qp(q) => {
+                    q.events.reported();
+                    (ibv_async_event_element { qp: q.ibv() }, q.ibv() as usize)
+                }
+                AsyncElem::Srq(s) => {
+                    s.events.reported();
+                    (ibv_async_event_element { srq: s.ibv() }, s.ibv() as usize)
+                }
+                AsyncElem::Port(p) => (ibv_async_event_element { port_num: *p }, 0),
+            };
+            if ptr != 0 {
+                lock(&DELIVERED).push((ptr, e.elem));
+            }
+            ibv_async_event { element: elem, event_type: e.kind }
+        });
+        match got {
+            Some(ev) => {
+                if event.is_null() {
+                    return -1;
+                }
+                // SAFETY: non-NULL out-pointer from the caller.
+                unsafe { event.write_unaligned(ev) };
+                1
+            }
+            None => 0,
+        }
+    });
+    match r {
+        Ok(v) => {
+            if v < 0 {
+                set_errno(Errno::EINVAL);
+            }
+            v
+        }
+        Err(_) => {
+            set_errno(Errno::EIO);
+            -1
+        }
+    }
+}
+
+/// Blocks in a plain `read()` of `context->async_fd` (EINTR on a signal, cancellable);
+/// see `ibv_get_cq_event` for why this frame calls only `extern "C"` helpers.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
+    if event.is_null() {
+        set_errno(Errno::EINVAL);
+        return -1;
+    }
+    let fd = async_fd(context);
+    if fd < 0 {
+        return -1;
+    }
+    loop {
+        if read_unit(fd) != 8 {
+            return -1;
+        }
+        match take_async(context, event) {
+            1 => return 0,
+            0 => continue,
+            _ => return -1,
+        }
+    }
+}
+
+export! {
+    void fn ibv_ack_async_event(event: *mut ibv_async_event) {
+        if event.is_null() {
+            return Ok(());
+        }
+        // SAFETY: non-NULL in-pointer from the caller; the element is a plain union read.
+        let ptr = unsafe { (*event).element.cq } as usize;
+        let found = {
+            let mut d = lock(&DELIVERED);
+            d.iter().position(|(p, _)| *p == ptr).map(|i| d.remove(i).1)
+        };
+        match found {
+            Some(AsyncElem::Cq(c)) => c.ack_async(),
+            Some(AsyncElem::Qp(q)) => q.ack_async(),
+            Some(AsyncElem::Srq(s)) => s.ack_async(),
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,381 @@
+//! The RC/UC requester: turns `ibv_send_wr`s into request frames, transmits them in order
+//! over the QP's link (at most `max_rd_atomic` READ/atomic in flight), and completes them
+//! in order as responses arrive. Any error completion moves the QP to ERR (which flushes
+//! the rest).
+
+use super::{Qp, QpState, SendWqe};
+use crate::core::cq::wc;
+use crate::core::mem::{self, LocalErr};
+use crate::net::frame::{Header, Op, Syndrome, F_IMM, F_SOLICITED, MAX_MSG, QPN_MASK};
+use crate::net::{peers, Link};
+use crate::qp::state::Kind;
+use crate::sys::Errno;
+use rdma_abi::verbs::*;
+use std::sync::Arc;
+
+/// Reads the scatter/gather list of a WR.
+///
+/// # Safety
+/// `w.sg_list` must hold `w.num_sge` valid entries when `num_sge > 0`.
+pub unsafe fn sges_of(w: &ibv_send_wr) -> Vec<ibv_sge> {
+    if w.num_sge <= 0 || w.sg_list.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: caller guarantees sg_list holds num_sge entries.
+    unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }.to_vec()
+}
+
+/// Copies inline data straight from the application's buffers (no key check).
+///
+/// # Safety
+/// Each SGE must describe readable memory of the application (the verbs contract).
+pub unsafe fn inline_bytes(sges: &[ibv_sge]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in sges.iter().filter(|s| s.length > 0 && s.addr != 0) {
+        // SAFETY: the caller (the application) vouches for [addr, addr+length).
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) });
+    }
+    out
+}
+
+fn wc_opcode(op: ibv_wr_opcode) -> ibv_wc_opcode {
+    match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        _ => IBV_WC_SEND,
+    }
+}
+
+/// Checks that do not depend on memory: `Err(errno)` refuses the WR at post time.
+pub fn check_wr(qp: &Qp, w: &ibv_send_wr) -> Result<(), Errno> {
+    if w.num_sge < 0 || w.num_sge as u32 > qp.cap.max_send_sge || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return Err(Errno::EINVAL);
+    }
+    let ok = match qp.kind {
+        Kind::Rc => matches!(
+            w.opcode,
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+        ),
+        Kind::Uc => matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM),
+        Kind::Ud => matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM),
+    };
+    if !ok {
+        return Err(Errno::EINVAL);
+    }
+    if w.send_flags & IBV_SEND_INLINE != 0 && !matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// `ibv_post_send` on an RC/UC QP.
+///
+/// # Safety
+/// `wr` must be a valid NULL-terminated `ibv_send_wr` list (the verbs contract).
+pub unsafe fn post(qp: &Arc<Qp>, mut wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_send_wr, Errno)> {
+    let mut st = crate::core::registry::lock(&qp.st);
+    while !wr.is_null() {
+        // SAFETY: caller guarantees a valid list.
+        let w = unsafe { &*wr };
+        match st.state {
+            IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_ERR => {}
+            _ => return Err((wr, Errno::EINVAL)),
+        }
+        check_wr(qp, w).map_err(|e| (wr, e))?;
+        if st.state == IBV_QPS_ERR {
+            qp.send_cq.push(wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), qp.qpn), false);
+            wr = w.next;
+            continue;
+        }
+        if st.sq.len() >= qp.cap.max_send_wr as usize {
+            return Err((wr, Errno::ENOMEM));
+        }
+        // SAFETY: check_wr verified sg_list/num_sge; the list is the caller's valid memory.
+        let wqe = unsafe { build(qp, &mut st, w) }.map_err(|e| (wr, e))?;
+        st.sq.push_back(wqe);
+        wr = w.next;
+    }
+    if st.state == IBV_QPS_RTS {
+        pump(qp, &mut st);
+    }
+    Ok(())
+}
+
+/// Builds the WQE (and its frame) for one WR.
+///
+/// # Safety
+/// `w` must be a checked WR of the application.
+unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, Errno> {
+    // SAFETY: forwarded caller guarantee.
+    let sges = unsafe { sges_of(w) };
+    let signaled = qp.sq_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
+    let psn = st.next_psn;
+    st.next_psn = (st.next_psn + 1) & QPN_MASK;
+    let mut h = Header::new(Op::Send);
+    h.dst_qpn = st.attr.dest_qp_num & QPN_MASK;
+    h.src_qpn = qp.qpn;
+    h.psn = psn;
+    h.rnr_retry = st.attr.rnr_retry.min(7);
+    h.src_lid = qp.ctx.lid;
+    let mut wqe = SendWqe {
+        wr_id: w.wr_id,
+        wc_opcode: wc_opcode(w.opcode),
+        signaled,
+        frame: None,
+        psn,
+        local: Vec::new(),
+        len: 0,
+        rd_atomic: false,
+        fail: None,
+    };
+    if w.send_flags & IBV_SEND_SOLICITED != 0 {
+        h.flags |= F_SOLICITED;
+    }
+    // SAFETY: reading the union member selected by the opcode of a valid WR.
+    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    let payload: Vec<u8> = match w.opcode {
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
+            h.op = if matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) { Op::Send } else { Op::Write };
+            if matches!(w.opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM) {
+                h.flags |= F_IMM;
+                h.imm = w.imm_data;
+            }
+            if h.op == Op::Write {
+                h.rkey = rdma.rkey;
+                h.raddr = rdma.remote_addr;
+            }
+            let total = mem::capacity(&sges);
+            if w.send_flags & IBV_SEND_INLINE != 0 {
+                if total > qp.cap.max_inline_data as u64 {
+                    return Err(Errno::EINVAL);
+                }
+                // SAFETY: inline buffers are the application's readable memory.
+                unsafe { inline_bytes(&sges) }
+            } else if total > MAX_MSG as u64 {
+                wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
+                Vec::new()
+            } else {
+                match mem::gather(qp.pd.id, &sges) {
+                    Ok(v) => v,
+                    Err(LocalErr::Prot) => {
+                        wqe.fail = Some(IBV_WC_LOC_PROT_ERR);
+                        Vec::new()
+                    }
+                    Err(LocalErr::Len) => {
+                        wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
+                        Vec::new()
+                    }
+                }
+            }
+        }
+        IBV_WR_RDMA_READ => {
+            h.op = Op::ReadReq;
+            h.rkey = rdma.rkey;
+            h.raddr = rdma.remote_addr;
+            let total = mem::capacity(&sges);
+            if total > MAX_MSG as u64 {
+                wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
+            }
+            h.aux = total.min(MAX_MSG as u64);
+            wqe.rd_atomic = true;
+            wqe.local = sges;
+            Vec::new()
+        }
+        _ => {
+            h.op = if w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP { Op::CmpSwap } else { Op::FetchAdd };
+            h.rkey = atomic.rkey;
+            h.raddr = atomic.remote_addr;
+            h.aux = atomic.compare_add;
+            h.aux2 = atomic.swap;
+            if mem::capacity(&sges) < 8 {
+                wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
+            }
+            wqe.rd_atomic = true;
+            wqe.local = sges;
+            Vec::new()
+        }
+    };
+    wqe.len = match h.op {
+        Op::ReadReq => h.aux as u32,
+        Op::CmpSwap | Op::FetchAdd => 8,
+        _ => payload.len() as u32,
+    };
+    if wqe.fail.is_none() {
+        wqe.frame = Some(h.frame(&payload));
+    }
+    Ok(wqe)
+}
+
+/// Completes the head WQE with an error status and moves the QP to ERR.
+fn fail_head(qp: &Qp, st: &mut QpState, status: ibv_wc_status) {
+    if let Some(w) = st.sq.pop_front() {
+        if st.sent > 0 {
+            st.sent -= 1;
+        }
+        qp.send_cq.push(wc(w.wr_id, status, w.wc_opcode, qp.qpn), false);
+    }
+    qp.fail(st);
+}
+
+/// Opens the QP's link to its peer (resolved from the AV and destination QPN).
+fn connect(qp: &Qp, st: &mut QpState) -> Option<Arc<dyn Link>> {
+    let ah = st.attr.ah_attr;
+    // SAFETY: reading the raw bytes of a plain-data union.
+    let dgid = unsafe { ah.grh.dgid.raw };
+    let dqpn = st.attr.dest_qp_num & QPN_MASK;
+    let addr = peers::resolve(qp.ctx.peer(&dgid, dqpn), &dgid, dqpn, ah.is_global != 0)?;
+    let link = qp.ctx.net()?.connect(addr, qp.me.clone()).ok()?;
+    let mut hello = Header::new(Op::Hello);
+    hello.src_qpn = qp.qpn;
+    hello.dst_qpn = dqpn;
+    hello.src_lid = qp.ctx.lid;
+    hello.sgid = qp.ctx.gid(ah.grh.sgid_index as usize).unwrap_or([0; 16]);
+    hello.dgid = dgid;
+    link.send(hello.frame(&[]));
+    st.out = Some(link.clone());
+    Some(link)
+}
+
+/// Transmits what may be transmitted, in order.
+pub fn pump(qp: &Qp, st: &mut QpState) {
+    while st.state == IBV_QPS_RTS && st.sent < st.sq.len() {
+        let i = st.sent;
+        if let Some(status) = st.sq[i].fail {
+            if i == 0 {
+                fail_head(qp, st, status);
+            }
+            return;
+        }
+        if st.sq[i].rd_atomic && st.rd_in_flight >= (st.attr.max_rd_atomic as u32).max(1) {
+            return;
+        }
+        let link = match &st.out {
+            Some(l) if !l.is_dead() => l.clone(),
+            Some(_) if st.sent > 0 => return, // the engine reports the link down first
+            _ => match connect(qp, st) {
+                Some(l) => l,
+                None => {
+                    fail_head(qp, st, IBV_WC_RETRY_EXC_ERR);
+                    return;
+                }
+            },
+        };
+        let w = &mut st.sq[i];
+        if let Some(f) = w.frame.take() {
+            link.send(f);
+        }
+        if w.rd_atomic {
+            st.rd_in_flight += 1;
+        }
+        st.sent += 1;
+    }
+}
+
+fn status_of(s: Syndrome) -> ibv_wc_status {
+    match s {
+        Syndrome::Ok => IBV_WC_SUCCESS,
+        Syndrome::RnrExceeded => IBV_WC_RNR_RETRY_EXC_ERR,
+        Syndrome::RemAccess => IBV_WC_REM_ACCESS_ERR,
+        Syndrome::RemInvReq => IBV_WC_REM_INV_REQ_ERR,
+        Syndrome::RemOp => IBV_WC_REM_OP_ERR,
+        Syndrome::NoQp => IBV_WC_RETRY_EXC_ERR,
+    }
+}
+
+/// A response arrived on `link`.
+pub fn on_response(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: Vec<u8>) {
+    let mut st = crate::core::registry::lock(&qp.st);
+    match &st.out {
+        Some(l) if Arc::ptr_eq(l, link) => {}
+        _ => return,
+    }
+    if st.sent == 0 || st.state == IBV_QPS_ERR || st.state == IBV_QPS_RESET {
+        return;
+    }
+    let (psn, op, rd) = {
+        let w = &st.sq[0];
+        (w.psn, w.wc_opcode, w.rd_atomic)
+    };
+    if h.psn != psn {
+        fail_head(qp, &mut st, IBV_WC_BAD_RESP_ERR);
+        return;
+    }
+    if h.syndrome != Syndrome::Ok {
+        fail_head(qp, &mut st, status_of(h.syndrome));
+        return;
+    }
+    let expected = match op {
+        IBV_WC_RDMA_READ => Op::ReadResp,
+        IBV_WC_COMP_SWAP | IBV_WC_FETCH_ADD => Op::AtomicResp,
+        _ => Op::Ack,
+    };
+    if h.op != expected {
+        fail_head(qp, &mut st, IBV_WC_BAD_RESP_ERR);
+        return;
+    }
+    let local = std::mem::take(&mut st.sq[0].local);
+    let placed = match h.op {
+        Op::ReadResp if payload.len() as u32 != st.sq[0].len => Err(LocalErr::Len),
+        Op::ReadResp => mem::scatter(qp.pd.id, &local, &[&payload]),
+        Op::AtomicResp => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&payload[..8]);
+            let orig = u64::from_be_bytes(b).to_ne_bytes();
+            let first8 = first_bytes(&local, 8);
+            mem::scatter(qp.pd.id, &first8, &[&orig])
+        }
+        _ => Ok(()),
+    };
+    if let Err(e) = placed {
+        fail_head(qp, &mut st, if e == LocalErr::Len { IBV_WC_LOC_LEN_ERR } else { IBV_WC_LOC_PROT_ERR });
+        return;
+    }
+    let Some(w) = st.sq.pop_front() else { return };
+    st.sent -= 1;
+    if rd {
+        st.rd_in_flight = st.rd_in_flight.saturating_sub(1);
+    }
+    if w.signaled {
+        let mut c = wc(w.wr_id, IBV_WC_SUCCESS, w.wc_opcode, qp.qpn);
+        c.byte_len = w.len;
+        qp.send_cq.push(c, false);
+    }
+    if st.sent == 0 && st.state == IBV_QPS_SQD && st.attr.en_sqd_async_notify != 0 {
+        qp.ctx.raise(crate::core::context::AsyncElem::Qp(qp.clone()), IBV_EVENT_SQ_DRAINED);
+    }
+    pump(qp, &mut st);
+}
+
+/// The first `n` bytes of a scatter list, as a scatter list.
+fn first_bytes(sges: &[ibv_sge], mut n: u32) -> Vec<ibv_sge> {
+    let mut out = Vec::new();
+    for s in sges {
+        if n == 0 {
+            break;
+        }
+        let take = s.length.min(n);
+        out.push(ibv_sge { addr: s.addr, length: take, lkey: s.lkey });
+        n -= take;
+    }
+    out
+}
+
+/// The engine lost `link` (peer gone, refused, or closed by us).
+pub fn on_link_down(qp: &Arc<Qp>, link: &Arc<dyn Link>) {
+    let mut st = crate::core::registry::lock(&qp.st);
+    match &st.out {
+        Some(l) if Arc::ptr_eq(l, link) => {}
+        _ => return,
+    }
+    st.out = None;
+    if st.state == IBV_QPS_ERR || st.state == IBV_QPS_RESET {
+        return;
+    }
+    if st.sent > 0 {
+        fail_head(qp, &mut st, IBV_WC_RETRY_EXC_ERR);
+    } else {
+        pump(qp, &mut st);
+    }
+}

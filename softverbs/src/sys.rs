@@ -1,0 +1,115 @@
+//! libc glue: errno as a value, owned fds, eventfd "doorbells", randomness.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// A positive errno value carried as data until the C boundary reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
+    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    pub const EBUSY: Errno = Errno(libc::EBUSY);
+    pub const EIO: Errno = Errno(libc::EIO);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const EHOSTUNREACH: Errno = Errno(libc::EHOSTUNREACH);
+    pub const EAFNOSUPPORT: Errno = Errno(libc::EAFNOSUPPORT);
+
+    /// The calling thread's errno right now.
+    pub fn last() -> Errno {
+        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+impl From<std::io::Error> for Errno {
+    fn from(e: std::io::Error) -> Self {
+        Errno(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Errno>;
+
+/// Sets the calling thread's errno.
+pub fn set_errno(e: Errno) {
+    // SAFETY: __errno_location always returns the calling thread's valid errno slot.
+    unsafe { *libc::__errno_location() = e.0 };
+}
+
+/// Turns a libc `-1 + errno` result into a `Result`.
+pub fn cerr(ret: libc::c_int) -> Result<libc::c_int> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Wraps a fresh fd returned by a syscall.
+pub fn owned(fd: libc::c_int) -> Result<OwnedFd> {
+    let fd = cerr(fd)?;
+    // SAFETY: fd was just returned by the kernel and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A counting doorbell: an `eventfd(EFD_SEMAPHORE)`; each `ring` adds one readable unit,
+/// each blocking `read` by a consumer takes one. Pollable; the application may set
+/// `O_NONBLOCK` on it.
+pub struct Doorbell {
+    fd: OwnedFd,
+}
+
+impl Doorbell {
+    pub fn new() -> Result<Doorbell> {
+        // SAFETY: plain syscall; checked by `owned`.
+        let fd = owned(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) })?;
+        Ok(Doorbell { fd })
+    }
+
+    pub fn raw(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Reads one 8-byte unit from `fd`; returns the raw `read` result (errno set by libc).
+///
+/// This is the blocking point of `ibv_get_cq_event`/`ibv_get_async_event`. It is an
+/// `extern "C"` function with no Rust value that needs dropping and calls nothing that can
+/// unwind, so it has no landing pad: glibc's forced unwinding (`pthread_cancel`) passes
+/// through it cleanly.
+#[inline(never)]
+pub extern "C" fn read_unit(fd: libc::c_int) -> isize {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live u64.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) }
+}
+
+/// Random bytes from the kernel (never blocks after boot).
+pub fn random_u64() -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: getrandom writes at most 8 bytes into a live u64.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        // Fallback: time and address entropy (only if getrandom is unavailable).
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        v = t ^ ((&v as *const u64 as u64).rotate_left(17));
+    }
+    v
+}
+
+pub fn random_u32() -> u32 {
+    random_u64() as u32
+}

@@ -1,0 +1,716 @@
+/* softverbs behaviour tests: verbs + the CM hook only, two contexts in one process over
+ * the loopback. Prints PASS/FAIL per test and "N passed, M failed". */
+#include "harness.h"
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <rdma/ib_user_verbs.h>
+#include <rdma/ib_user_sa.h>
+/* libibverbs exports it; no installed header declares it */
+void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_attr *src);
+
+#define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+static int t_device_and_port(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	CHECK(l && n == 1 && l[1] == NULL, "device list");
+	CHECK(!strcmp(ibv_get_device_name(l[0]), "soft0"), "name");
+	CHECK(l[0]->node_type == IBV_NODE_CA && l[0]->transport_type == IBV_TRANSPORT_IB, "types");
+	struct ibv_device *d = l[0];
+	free(l); /* qperf style */
+	struct ibv_context *c = ibv_open_device(d);
+	CHECK(c, "open");
+	struct ibv_device_attr da;
+	CHECK(!ibv_query_device(c, &da), "query_device");
+	CHECK(da.max_qp_rd_atom >= 16 && da.max_qp_init_rd_atom >= 16 && da.vendor_id == 0 && da.phys_port_cnt == 1, "device attr");
+	struct ibv_port_attr pa;
+	CHECK(!ibv_query_port(c, 1, &pa), "query_port");
+	CHECK(pa.state == IBV_PORT_ACTIVE && pa.active_mtu == IBV_MTU_4096 && pa.link_layer == IBV_LINK_LAYER_ETHERNET, "port attr");
+	CHECK(pa.gid_tbl_len >= 1 && pa.lid != 0, "gid table / lid");
+	int has_lo = 0;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		union ibv_gid g;
+		CHECK(!ibv_query_gid(c, 1, i, &g), "query_gid %d", i);
+		static const uint8_t lo[16] = { 0,0,0,0,0,0,0,0,0,0,0xff,0xff,127,0,0,1 };
+		if (!memcmp(g.raw, lo, 16)) has_lo = 1;
+		struct ibv_gid_entry ge;
+		CHECK(!ibv_query_gid_ex(c, 1, i, &ge, 0) && ge.gid_type == IBV_GID_TYPE_ROCE_V2, "gid_ex %d", i);
+	}
+	CHECK(has_lo, "127.0.0.1 in GID table");
+	union ibv_gid g;
+	CHECK(ibv_query_gid(c, 1, pa.gid_tbl_len, &g) == -1, "gid past table");
+	uint16_t pkey;
+	CHECK(!ibv_query_pkey(c, 1, 0, &pkey) && pkey == 0xffff, "pkey");
+	CHECK(ibv_query_port(c, 2, &pa) != 0, "port 2");
+	CHECK(c->async_fd >= 0 && c->num_comp_vectors >= 1, "context fields");
+	CHECK(!ibv_close_device(c), "close");
+	CHECK(!strcmp(ibv_wc_status_str(IBV_WC_WR_FLUSH_ERR), "Work Request Flushed Error"), "wc_status_str");
+	return 0;
+}
+
+static int t_rc_send_recv(void)
+{
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	strcpy(a.buf, "hello soft rdma");
+	CHECK(!post_recv(&b, 77, 100, 1000), "post_recv");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND_WITH_IMM, 0, 16, 0, 0, htonl(0x1234), 0), "post_send");
+	struct ibv_wc wc[2];
+	CHECK(poll_n(b.cq, wc, 1) == 1, "recv completion");
+	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV && wc[0].byte_len == 16, "recv wc %d %d %d", wc[0].status, wc[0].opcode, wc[0].byte_len);
+	CHECK(wc[0].wr_id == 77 && (wc[0].wc_flags & IBV_WC_WITH_IMM) && ntohl(wc[0].imm_data) == 0x1234, "imm");
+	CHECK(wc[0].qp_num == b.qp->qp_num, "qp_num");
+	CHECK(!strcmp(b.buf + 100, "hello soft rdma"), "data");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_SEND && wc[0].wr_id == 1, "send wc");
+	/* in-order delivery of many messages, unsignaled ones produce nothing */
+	for (int i = 0; i < 20; i++)
+		CHECK(!post_recv(&b, 1000 + i, 2000 + i * 8, 8), "recv %d", i);
+	for (int i = 0; i < 20; i++) {
+		memcpy(a.buf + 64 + i * 8, &i, sizeof(i));
+		struct ibv_sge s = { (uintptr_t)a.buf + 64 + i * 8, 4, a.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = i == 19 ? IBV_SEND_SIGNALED : 0 }, *bad;
+		CHECK(!ibv_post_send(a.qp, &wr, &bad), "send %d", i);
+	}
+	struct ibv_wc many[20];
+	CHECK(poll_n(b.cq, many, 20) == 20, "20 receives");
+	for (int i = 0; i < 20; i++) {
+		int v;
+		memcpy(&v, b.buf + 2000 + i * 8, 4);
+		CHECK(many[i].wr_id == (uint64_t)(1000 + i) && v == i, "order %d", i);
+	}
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].wr_id == 19, "only the signaled send completes");
+	usleep(20000);
+	CHECK(ibv_poll_cq(a.cq, 1, wc) == 0, "no extra completions");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_rc_write_read(void)
+{
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	for (int i = 0; i < 4096; i++) a.buf[i] = (char)i;
+	CHECK(!post_send_op(&a, 1, IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)b.buf + 8192, b.mr->rkey, 0, 0), "write");
+	struct ibv_wc wc;
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE, "write wc %d", wc.status);
+	CHECK(!memcmp(b.buf + 8192, a.buf, 4096), "written data");
+	CHECK(ibv_poll_cq(b.cq, 1, &wc) == 0, "no responder completion for WRITE");
+	/* write with imm consumes a receive */
+	CHECK(!post_recv(&b, 5, 0, 16), "recv");
+	CHECK(!post_send_op(&a, 2, IBV_WR_RDMA_WRITE_WITH_IMM, 0, 100, (uintptr_t)b.buf + 20000, b.mr->rkey, htonl(99), 0), "write imm");
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.byte_len == 100 && ntohl(wc.imm_data) == 99 && wc.wr_id == 5, "write_imm wc");
+	CHECK(!memcmp(b.buf + 20000, a.buf, 100), "write_imm data");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0, "write_imm send wc");
+	/* read */
+	memset(b.buf + 30000, 0x5a, 3000);
+	CHECK(!post_send_op(&a, 3, IBV_WR_RDMA_READ, 40000, 3000, (uintptr_t)b.buf + 30000, b.mr->rkey, 0, 0), "read");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == 3000, "read wc %d", wc.status);
+	for (int i = 0; i < 3000; i++) CHECK((unsigned char)a.buf[40000 + i] == 0x5a, "read data %d", i);
+	/* several reads in flight (more than max_rd_atomic = 4) */
+	for (int i = 0; i < 10; i++)
+		CHECK(!post_send_op(&a, 100 + i, IBV_WR_RDMA_READ, 50000 + i * 16, 16, (uintptr_t)b.buf + 30000, b.mr->rkey, 0, 0), "read %d", i);
+	struct ibv_wc w10[10];
+	CHECK(poll_n(a.cq, w10, 10) == 10, "10 reads");
+	for (int i = 0; i < 10; i++) CHECK(w10[i].status == 0 && w10[i].wr_id == (uint64_t)(100 + i), "read %d in order", i);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_atomics(void)
+{
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	uint64_t *target = (uint64_t *)(b.buf + 64);
+	*target = 10;
+	struct ibv_sge s = { (uintptr_t)a.buf, 8, a.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.atomic.remote_addr = (uintptr_t)target;
+	wr.wr.atomic.rkey = b.mr->rkey;
+	wr.wr.atomic.compare_add = 5;
+	CHECK(!ibv_post_send(a.qp, &wr, &bad), "faa");
+	struct ibv_wc wc;
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0 && wc.opcode == IBV_WC_FETCH_ADD, "faa wc %d", wc.status);
+	CHECK(*(uint64_t *)a.buf == 10 && *target == 15, "faa values %lu %lu", *(uint64_t *)a.buf, *target);
+	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr.wr.atomic.compare_add = 15;
+	wr.wr.atomic.swap = 99;
+	CHECK(!ibv_post_send(a.qp, &wr, &bad), "cas");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0 && wc.opcode == IBV_WC_COMP_SWAP, "cas wc");
+	CHECK(*(uint64_t *)a.buf == 15 && *target == 99, "cas swapped");
+	wr.wr.atomic.compare_add = 1; /* mismatch: no swap */
+	wr.wr.atomic.swap = 7;
+	CHECK(!ibv_post_send(a.qp, &wr, &bad), "cas2");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0, "cas2 wc");
+	CHECK(*(uint64_t *)a.buf == 99 && *target == 99, "cas not swapped");
+	/* misaligned: remote access error */
+	wr.wr.atomic.remote_addr = (uintptr_t)target + 4;
+	CHECK(!ibv_post_send(a.qp, &wr, &bad), "cas misaligned");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "misaligned -> REM_ACCESS_ERR (%d)", wc.status);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_protection(void)
+{
+	struct ibv_wc wc;
+	/* 1: unknown rkey */
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	memset(b.buf, 0x11, b.len);
+	memset(a.buf, 0x22, 4096);
+	CHECK(!post_send_op(&a, 1, IBV_WR_RDMA_WRITE, 0, 64, (uintptr_t)b.buf, b.mr->rkey ^ 0x5555, 0, 0), "post");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "bad rkey -> REM_ACCESS_ERR (%d)", wc.status);
+	CHECK(a.qp->state == IBV_QPS_ERR, "requester QP in ERR");
+	for (size_t i = 0; i < b.len; i++) CHECK((unsigned char)b.buf[i] == 0x11, "target untouched");
+	ep_fini(&a);
+	ep_fini(&b);
+	/* 2: out of bounds */
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup2");
+	memset(b.buf, 0x11, b.len);
+	CHECK(!post_send_op(&a, 1, IBV_WR_RDMA_WRITE, 0, 64, (uintptr_t)b.buf + b.len - 32, b.mr->rkey, 0, 0), "post2");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "oob -> REM_ACCESS_ERR (%d)", wc.status);
+	for (size_t i = 0; i < b.len; i++) CHECK((unsigned char)b.buf[i] == 0x11, "target untouched 2");
+	ep_fini(&a);
+	ep_fini(&b);
+	/* 3: MR without REMOTE_WRITE; read from MR without REMOTE_READ; deregistered MR */
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup3");
+	char *other = calloc(1, 4096);
+	struct ibv_mr *ro = ibv_reg_mr(b.pd, other, 4096, IBV_ACCESS_REMOTE_READ);
+	CHECK(ro, "reg ro");
+	CHECK(!post_send_op(&a, 1, IBV_WR_RDMA_WRITE, 0, 64, (uintptr_t)other, ro->rkey, 0, 0), "post3");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "no REMOTE_WRITE -> REM_ACCESS_ERR (%d)", wc.status);
+	for (int i = 0; i < 4096; i++) CHECK(other[i] == 0, "ro untouched");
+	ibv_dereg_mr(ro);
+	free(other);
+	ep_fini(&a);
+	ep_fini(&b);
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup4");
+	uint32_t rkey = b.mr->rkey;
+	ibv_dereg_mr(b.mr);
+	b.mr = NULL;
+	CHECK(!post_send_op(&a, 1, IBV_WR_RDMA_READ, 0, 64, (uintptr_t)b.buf, rkey, 0, 0), "post4");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "deregistered -> REM_ACCESS_ERR (%d)", wc.status);
+	ep_fini(&a);
+	ep_fini(&b);
+	/* 5: bad local lkey -> LOC_PROT_ERR */
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup5");
+	struct ibv_sge s = { (uintptr_t)a.buf, 16, a.mr->lkey + 1 };
+	struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND }, *bad;
+	CHECK(!ibv_post_send(a.qp, &wr, &bad), "post5");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 9, "bad lkey -> LOC_PROT_ERR (%d)", wc.status);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_rnr(void)
+{
+	struct ep a, b;
+	struct ibv_wc wc;
+	/* rnr_retry 0, min_rnr_timer 1 (10 us): error quickly */
+	CHECK(!rc_pair(&a, &b, RW, 0, 1), "setup");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == IBV_WC_RNR_RETRY_EXC_ERR, "RNR_RETRY_EXC_ERR (%d)", wc.status);
+	ep_fini(&a);
+	ep_fini(&b);
+	/* rnr_retry 7: waits for the receive */
+	CHECK(!rc_pair(&a, &b, RW, 7, 1), "setup2");
+	strcpy(a.buf, "late");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND, 0, 5, 0, 0, 0, 0), "send2");
+	usleep(100000);
+	CHECK(ibv_poll_cq(a.cq, 1, &wc) == 0, "still waiting");
+	CHECK(!post_recv(&b, 3, 0, 64), "recv");
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(b.buf, "late"), "delivered late");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0, "send completes");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_err_flush_event(void)
+{
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	CHECK(!post_recv(&b, 42, 0, 64), "recv");
+	CHECK(!ibv_req_notify_cq(b.cq, 0), "arm");
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+	CHECK(!ibv_modify_qp(b.qp, &at, IBV_QP_STATE), "to ERR");
+	CHECK(b.qp->state == IBV_QPS_ERR, "state field");
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(!ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), "cq event");
+	CHECK(ev_cq == b.cq && ev_ctx == &b, "event cq");
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(b.cq, 1, &wc) == 1 && wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == 42, "flushed recv");
+	ibv_ack_cq_events(b.cq, 1);
+	/* receives posted in ERR are flushed too */
+	CHECK(!post_recv(&b, 43, 0, 64), "recv in ERR");
+	CHECK(ibv_poll_cq(b.cq, 1, &wc) == 1 && wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == 43, "flushed late recv");
+	/* ERR -> RESET -> INIT works again */
+	at.qp_state = IBV_QPS_RESET;
+	CHECK(!ibv_modify_qp(b.qp, &at, IBV_QP_STATE), "to RESET");
+	CHECK(!to_init(&b, RW), "to INIT again");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static void on_alarm(int s) { (void)s; }
+
+static void *blocked_reader(void *arg)
+{
+	struct ep *e = arg;
+	struct ibv_cq *c;
+	void *x;
+	ibv_get_cq_event(e->ch, &c, &x);
+	return NULL;
+}
+
+static int t_cq_event_semantics(void)
+{
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	/* EINTR from a signal without SA_RESTART (qperf) */
+	struct sigaction sa = { .sa_handler = on_alarm };
+	sigaction(SIGALRM, &sa, NULL);
+	alarm(1);
+	struct ibv_cq *c;
+	void *x;
+	errno = 0;
+	int r = ibv_get_cq_event(a.ch, &c, &x);
+	CHECK(r == -1 && errno == EINTR, "EINTR (r=%d errno=%d)", r, errno);
+	/* pthread_cancel while blocked (rping) */
+	pthread_t t;
+	pthread_create(&t, NULL, blocked_reader, &a);
+	usleep(50000);
+	pthread_cancel(t);
+	void *ret;
+	pthread_join(t, &ret);
+	CHECK(ret == PTHREAD_CANCELED, "cancelled");
+	/* solicited-only arming: an unsolicited receive raises no event */
+	CHECK(!post_recv(&b, 1, 0, 64) && !post_recv(&b, 2, 64, 64), "recvs");
+	CHECK(!ibv_req_notify_cq(b.cq, 1), "arm solicited");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send");
+	struct ibv_wc wc;
+	CHECK(poll_n(b.cq, &wc, 1) == 1, "recv 1");
+	int fl = fcntl(b.ch->fd, F_GETFL);
+	fcntl(b.ch->fd, F_SETFL, fl | O_NONBLOCK);
+	CHECK(ibv_get_cq_event(b.ch, &c, &x) == -1 && errno == EAGAIN, "no event for unsolicited");
+	CHECK(!post_send_op(&a, 2, IBV_WR_SEND, 0, 8, 0, 0, 0, IBV_SEND_SOLICITED), "send solicited");
+	CHECK(poll_n(b.cq, &wc, 1) == 1, "recv 2");
+	CHECK(!ibv_get_cq_event(b.ch, &c, &x) && c == b.cq, "event for solicited");
+	ibv_ack_cq_events(b.cq, 1);
+	/* destroy purges an unread event */
+	CHECK(!post_recv(&b, 3, 0, 64), "recv3");
+	CHECK(!ibv_req_notify_cq(b.cq, 0), "arm");
+	CHECK(!post_send_op(&a, 3, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send3");
+	CHECK(poll_n(b.cq, &wc, 1) == 1, "recv 3");
+	CHECK(ibv_destroy_cq(b.cq) == EBUSY, "destroy_cq with QP: EBUSY");
+	CHECK(ibv_destroy_comp_channel(b.ch) == EBUSY, "destroy channel with CQ: EBUSY");
+	ibv_destroy_qp(b.qp);
+	b.qp = NULL;
+	CHECK(!ibv_destroy_cq(b.cq), "destroy_cq with an unread event does not wait");
+	b.cq = NULL;
+	CHECK(ibv_get_cq_event(b.ch, &c, &x) == -1 && errno == EAGAIN, "purged");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_inline_and_bad_input(void)
+{
+	struct ep a, b;
+	CHECK(!ep_init(&a, IBV_QPT_RC, RW, 4096, NULL), "init");
+	/* max_inline_data 0 requested, 16 inline bytes still accepted (rdma_xclient) */
+	struct ibv_qp_init_attr ia = { .send_cq = a.cq, .recv_cq = a.cq, .cap = { 2, 2, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
+	struct ibv_qp *q = ibv_create_qp(a.pd, &ia);
+	CHECK(q && ia.cap.max_inline_data >= 16, "inline granted %u", ia.cap.max_inline_data);
+	ibv_destroy_qp(q);
+	/* verbs-boundary errors */
+	errno = 0;
+	CHECK(!ibv_alloc_pd(NULL) && errno == EINVAL, "alloc_pd(NULL)");
+	CHECK(!ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "REMOTE_WRITE without LOCAL_WRITE");
+	struct ibv_mr *m = ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+	CHECK(m, "optional access bits ignored");
+	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "dealloc_pd with MR: EBUSY");
+	ibv_dereg_mr(m);
+	struct ibv_send_wr wr = { .opcode = IBV_WR_SEND }, *bad = NULL;
+	CHECK(ibv_post_send(a.qp, &wr, &bad) == EINVAL && bad == &wr, "post_send in RESET");
+	struct ibv_recv_wr rw = { .num_sge = 0 }, *rbad = NULL;
+	CHECK(ibv_post_recv(a.qp, &rw, &rbad) == EINVAL && rbad == &rw, "post_recv in RESET");
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTS };
+	CHECK(ibv_modify_qp(a.qp, &at, IBV_QP_STATE) == EINVAL, "RESET->RTS");
+	at.qp_state = IBV_QPS_INIT;
+	CHECK(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PORT) == EINVAL, "INIT without required mask");
+	CHECK(!to_init(&a, RW), "to INIT");
+	struct ibv_sge sg[8];
+	for (int i = 0; i < 8; i++) { sg[i].addr = (uintptr_t)a.buf; sg[i].length = 1; sg[i].lkey = a.mr->lkey; }
+	struct ibv_recv_wr r2 = { .wr_id = 1, .sg_list = sg, .num_sge = 8 };
+	CHECK(ibv_post_recv(a.qp, &r2, &rbad) == EINVAL && rbad == &r2, "too many recv SGEs");
+	/* connected for inline send checks */
+	CHECK(!ep_init(&b, IBV_QPT_RC, RW, 4096, NULL), "init b");
+	CHECK(!publish(&a, &b) && !publish(&b, &a) && !to_init(&b, RW), "b init");
+	CHECK(!to_rtr(&a, &b, 12) && !to_rtr(&b, &a, 12) && !to_rts(&a, 7) && !to_rts(&b, 7), "connect");
+	struct ibv_send_wr sw = { .wr_id = 5, .sg_list = sg, .num_sge = 8, .opcode = IBV_WR_SEND };
+	CHECK(ibv_post_send(a.qp, &sw, &bad) == EINVAL && bad == &sw, "too many send SGEs");
+	sw.opcode = 77;
+	sw.num_sge = 1;
+	CHECK(ibv_post_send(a.qp, &sw, &bad) == EINVAL, "bad opcode");
+	char tmp[16] = "inline-data-123";
+	struct ibv_sge is = { (uintptr_t)tmp, 16, 0 };
+	CHECK(!post_recv(&b, 7, 0, 64), "recv");
+	struct ibv_send_wr iw = { .wr_id = 6, .sg_list = &is, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED };
+	CHECK(!ibv_post_send(a.qp, &iw, &bad), "inline send with lkey 0");
+	memset(tmp, 0, sizeof(tmp)); /* buffer reusable at once */
+	struct ibv_wc wc;
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(b.buf, "inline-data-123"), "inline delivered");
+	char big[8192];
+	struct ibv_sge bs = { (uintptr_t)big, sizeof(big), 0 };
+	iw.sg_list = &bs;
+	CHECK(ibv_post_send(a.qp, &iw, &bad) == EINVAL, "inline too large");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int ud_ep(struct ep *e, int block_self)
+{
+	memset(e, 0, sizeof(*e));
+	e->ctx = open_soft();
+	e->pd = ibv_alloc_pd(e->ctx);
+	e->cq = ibv_create_cq(e->ctx, 64, NULL, NULL, 0);
+	e->len = 8192;
+	e->buf = calloc(1, e->len);
+	e->mr = ibv_reg_mr(e->pd, e->buf, e->len, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_qp_init_attr_ex ia = { .send_cq = e->cq, .recv_cq = e->cq,
+		.cap = { 16, 16, 1, 1, 0 }, .qp_type = IBV_QPT_UD, .comp_mask = IBV_QP_INIT_ATTR_PD, .pd = e->pd };
+	if (block_self) {
+		ia.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+		ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+	}
+	e->qp = ibv_create_qp_ex(e->ctx, &ia);
+	if (!e->qp || to_init(e, 0)) return -1;
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
+	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE)) return -1;
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	return ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static int ud_send(struct ep *from, struct ibv_ah *ah, uint32_t qpn, uint32_t len, uint32_t imm)
+{
+	struct ibv_sge s = { (uintptr_t)from->buf, len, from->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				  .send_flags = IBV_SEND_SIGNALED, .imm_data = imm }, *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	return ibv_post_send(from->qp, &wr, &bad);
+}
+
+static int t_ud(void)
+{
+	struct ep a, b;
+	CHECK(!ud_ep(&a, 0) && !ud_ep(&b, 0), "setup");
+	CHECK(!publish(&b, &a), "publish");
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
+	ibv_query_gid(b.ctx, 1, 0, &aa.grh.dgid);
+	struct ibv_ah *ah = ibv_create_ah(a.pd, &aa);
+	CHECK(ah, "ah");
+	CHECK(!post_recv(&b, 11, 0, 40 + 100), "recv");
+	strcpy(a.buf, "datagram!");
+	CHECK(!ud_send(&a, ah, b.qp->qp_num, 10, htonl(7)), "send");
+	struct ibv_wc wc;
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0 && wc.opcode == IBV_WC_SEND, "send wc");
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0, "recv wc");
+	CHECK(wc.byte_len == 50 && (wc.wc_flags & IBV_WC_GRH) && (wc.wc_flags & IBV_WC_WITH_IMM) && ntohl(wc.imm_data) == 7, "wc fields %u %x", wc.byte_len, wc.wc_flags);
+	CHECK(wc.src_qp == a.qp->qp_num, "src_qp");
+	CHECK(!strcmp(b.buf + 40, "datagram!"), "payload after GRH");
+	struct ibv_grh *grh = (struct ibv_grh *)b.buf;
+	union ibv_gid ag;
+	ibv_query_gid(a.ctx, 1, 0, &ag);
+	CHECK(!memcmp(&grh->sgid, &ag, 16) && (ntohl(grh->version_tclass_flow) >> 28) == 6, "GRH sgid/version");
+	/* reply without the CM: AH from the completion */
+	struct ibv_ah *back = ibv_create_ah_from_wc(b.pd, &wc, grh, 1);
+	CHECK(back, "ah_from_wc");
+	CHECK(!post_recv(&a, 12, 0, 40 + 100), "recv a");
+	strcpy(b.buf + 1000, "pong");
+	struct ibv_sge s = { (uintptr_t)b.buf + 1000, 5, b.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 2, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND }, *bad;
+	wr.wr.ud.ah = back;
+	wr.wr.ud.remote_qpn = wc.src_qp;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	CHECK(!ibv_post_send(b.qp, &wr, &bad), "reply");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(a.buf + 40, "pong"), "reply received");
+	/* wrong qkey: dropped */
+	CHECK(!post_recv(&b, 13, 0, 140), "recv 3");
+	struct ibv_sge s2 = { (uintptr_t)a.buf, 4, a.mr->lkey };
+	struct ibv_send_wr w2 = { .wr_id = 3, .sg_list = &s2, .num_sge = 1, .opcode = IBV_WR_SEND }, *b2;
+	w2.wr.ud.ah = ah;
+	w2.wr.ud.remote_qpn = b.qp->qp_num;
+	w2.wr.ud.remote_qkey = 0x22222222;
+	CHECK(!ibv_post_send(a.qp, &w2, &b2), "bad qkey send");
+	usleep(50000);
+	CHECK(ibv_poll_cq(b.cq, 1, &wc) == 0, "bad qkey dropped");
+	/* receive buffer without room for the GRH: LOC_LEN_ERR */
+	CHECK(!ud_send(&a, ah, b.qp->qp_num, 200, 0), "too long for buffer");
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == IBV_WC_LOC_LEN_ERR, "LOC_LEN_ERR (%d)", wc.status);
+	ibv_destroy_ah(ah);
+	ibv_destroy_ah(back);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_mcast(void)
+{
+	struct ep s, r1, r2;
+	CHECK(!ud_ep(&s, 1) && !ud_ep(&r1, 0) && !ud_ep(&r2, 0), "setup");
+	union ibv_gid mgid = { .raw = { 0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, (uint8_t)getpid() } };
+	CHECK(ibv_attach_mcast(r1.qp, &mgid, 0) == 0 && ibv_attach_mcast(r2.qp, &mgid, 0) == 0, "attach");
+	CHECK(ibv_attach_mcast(s.qp, &mgid, 0) == 0, "attach sender (blocked self loopback)");
+	union ibv_gid notm = { .raw = { 1 } };
+	CHECK(ibv_attach_mcast(r1.qp, &notm, 0) == EINVAL, "non-multicast gid");
+	CHECK(!post_recv(&r1, 1, 0, 200) && !post_recv(&r2, 2, 0, 200) && !post_recv(&s, 3, 0, 200), "recvs");
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
+	aa.grh.dgid = mgid;
+	struct ibv_ah *ah = ibv_create_ah(s.pd, &aa);
+	strcpy(s.buf, "to all");
+	CHECK(!ud_send(&s, ah, 0xffffff, 7, 0), "send");
+	struct ibv_wc wc;
+	CHECK(poll_n(r1.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(r1.buf + 40, "to all") && wc.src_qp == s.qp->qp_num, "r1 got it");
+	CHECK(poll_n(r2.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(r2.buf + 40, "to all"), "r2 got it");
+	struct ibv_grh *g = (struct ibv_grh *)r1.buf;
+	CHECK(!memcmp(&g->dgid, &mgid, 16), "GRH dgid = group");
+	CHECK(poll_n(s.cq, &wc, 1) == 1 && wc.opcode == IBV_WC_SEND, "send completion only");
+	usleep(50000);
+	CHECK(ibv_poll_cq(s.cq, 1, &wc) == 0, "no self loopback");
+	CHECK(!ibv_detach_mcast(r2.qp, &mgid, 0), "detach");
+	CHECK(!post_recv(&r2, 4, 0, 200) && !post_recv(&r1, 5, 0, 200), "recvs 2");
+	CHECK(!ud_send(&s, ah, 0xffffff, 7, 0), "send 2");
+	CHECK(poll_n(r1.cq, &wc, 1) == 1, "r1 again");
+	usleep(50000);
+	CHECK(ibv_poll_cq(r2.cq, 1, &wc) == 0, "detached r2 got nothing");
+	ibv_destroy_ah(ah);
+	ep_fini(&s);
+	ep_fini(&r1);
+	ep_fini(&r2);
+	return 0;
+}
+
+static int t_srq_and_async(void)
+{
+	struct ibv_context *ctx = open_soft();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	CHECK(srq, "srq");
+	struct ep a, b;
+	CHECK(!ep_init(&a, IBV_QPT_RC, RW, 4096, NULL), "a");
+	CHECK(!ep_init_ctx(&b, ctx, pd, IBV_QPT_RC, 4096, srq), "b on srq");
+	CHECK(!publish(&a, &b) && !publish(&b, &a) && !to_init(&a, RW) && !to_init(&b, RW), "init");
+	CHECK(!to_rtr(&a, &b, 12) && !to_rtr(&b, &a, 12) && !to_rts(&a, 7) && !to_rts(&b, 7), "connect");
+	char *rb = calloc(1, 4096);
+	struct ibv_mr *rmr = ibv_reg_mr(pd, rb, 4096, IBV_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge s = { (uintptr_t)rb + i * 64, 64, rmr->lkey };
+		struct ibv_recv_wr w = { .wr_id = 500 + i, .sg_list = &s, .num_sge = 1 }, *bad;
+		CHECK(!ibv_post_srq_recv(srq, &w, &bad), "srq recv");
+	}
+	struct ibv_srq_attr lim = { .srq_limit = 3 };
+	CHECK(!ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), "arm limit");
+	strcpy(a.buf, "via srq");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send");
+	struct ibv_wc wc;
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0 && wc.wr_id == 500 && wc.qp_num == b.qp->qp_num && !strcmp(rb, "via srq"), "srq completion");
+	CHECK(!post_send_op(&a, 2, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send 2");
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.wr_id == 501, "srq completion 2");
+	struct ibv_async_event ev;
+	CHECK(!ibv_get_async_event(ctx, &ev), "async event");
+	CHECK(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq, "limit event (%d)", ev.event_type);
+	ibv_ack_async_event(&ev);
+	struct ibv_srq_attr q;
+	CHECK(!ibv_query_srq(srq, &q) && q.max_wr >= 16 && q.srq_limit == 0, "query srq");
+	CHECK(ibv_destroy_srq(srq) == EBUSY, "srq in use");
+	ibv_destroy_qp(b.qp);
+	b.qp = NULL;
+	CHECK(!ibv_destroy_srq(srq), "destroy srq");
+	ibv_dereg_mr(rmr);
+	free(rb);
+	ibv_dereg_mr(b.mr);
+	ibv_destroy_cq(b.cq);
+	free(b.buf);
+	ep_fini(&a);
+	CHECK(!ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "cleanup");
+	return 0;
+}
+
+static int t_registry_without_hook(void)
+{
+	/* verbs-only programs (perftest, qperf) on one host: no add_peer call at all */
+	struct ep a, b;
+	CHECK(!ep_init(&a, IBV_QPT_RC, RW, 4096, NULL) && !ep_init(&b, IBV_QPT_RC, RW, 4096, NULL), "init");
+	CHECK(!to_init(&a, RW) && !to_init(&b, RW), "INIT");
+	CHECK(!to_rtr(&a, &b, 12) && !to_rtr(&b, &a, 12) && !to_rts(&a, 7) && !to_rts(&b, 7), "connect");
+	strcpy(a.buf, "no cm");
+	CHECK(!post_recv(&b, 1, 0, 64), "recv");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND, 0, 6, 0, 0, 0, 0), "send");
+	struct ibv_wc wc;
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(b.buf, "no cm"), "delivered via registry");
+	/* LID routing (qperf: is_global = 0) */
+	struct ep c, d;
+	CHECK(!ep_init(&c, IBV_QPT_RC, RW, 4096, NULL) && !ep_init(&d, IBV_QPT_RC, RW, 4096, NULL), "init2");
+	CHECK(!to_init(&c, RW) && !to_init(&d, RW), "INIT2");
+	struct ibv_port_attr pd_attr;
+	ibv_query_port(d.ctx, 1, &pd_attr);
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_2048, .dest_qp_num = d.qp->qp_num,
+				  .max_dest_rd_atomic = 1, .min_rnr_timer = 12 };
+	at.ah_attr.dlid = pd_attr.lid;
+	at.ah_attr.port_num = 1;
+	CHECK(!ibv_modify_qp(c.qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR by LID");
+	CHECK(!to_rtr(&d, &c, 12) && !to_rts(&c, 7) && !to_rts(&d, 7), "rest");
+	CHECK(!post_recv(&d, 1, 0, 64), "recv2");
+	CHECK(!post_send_op(&c, 1, IBV_WR_SEND, 0, 6, 0, 0, 0, 0), "send2");
+	CHECK(poll_n(d.cq, &wc, 1) == 1 && wc.status == 0, "delivered by LID");
+	ep_fini(&a);
+	ep_fini(&b);
+	ep_fini(&c);
+	ep_fini(&d);
+	return 0;
+}
+
+static int t_hook_layout(void)
+{
+	/* the same numbers rdma-abi/src/softverbs.rs asserts for its Rust mirror */
+	_Static_assert(sizeof(struct softverbs_cm_ops) == 24, "size");
+	_Static_assert(offsetof(struct softverbs_cm_ops, version) == 4, "version");
+	_Static_assert(offsetof(struct softverbs_cm_ops, qp_endpoint) == 8, "qp_endpoint");
+	_Static_assert(offsetof(struct softverbs_cm_ops, add_peer) == 16, "add_peer");
+	const struct softverbs_cm_ops *ops = softverbs_cm_ops();
+	CHECK(ops && ops == cm_ops() && ops->size == sizeof(*ops) && ops->version == SOFTVERBS_CM_OPS_VERSION, "ops table");
+	struct ep a;
+	CHECK(!ep_init(&a, IBV_QPT_RC, 0, 4096, NULL), "init");
+	struct sockaddr_storage ss;
+	CHECK(ops->qp_endpoint(a.qp, NULL, &ss) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6), "endpoint");
+	CHECK(ops->qp_endpoint(NULL, NULL, &ss) == EINVAL, "NULL qp");
+	union ibv_gid g = { .raw = { 0 } };
+	CHECK(ops->add_peer(a.ctx, &g, 5, NULL, 0) == EINVAL, "NULL addr");
+	CHECK(ops->add_peer(a.ctx, &g, 0x1000000, (struct sockaddr *)&ss, sizeof(ss)) == EINVAL, "qpn > 24 bits");
+	ep_fini(&a);
+	return 0;
+}
+
+static int t_garbage_frames(void)
+{
+	/* random bytes at a live endpoint (UDP and TCP) are dropped; the context keeps working */
+	struct ep a, b;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	struct sockaddr_storage ss;
+	CHECK(!cm_ops()->qp_endpoint(b.qp, NULL, &ss), "endpoint");
+	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	unsigned seed = 12345;
+	char junk[2048];
+	int u = socket(ss.ss_family, SOCK_DGRAM, 0);
+	for (int i = 0; i < 2000; i++) {
+		size_t n = rand_r(&seed) % sizeof(junk);
+		for (size_t k = 0; k < n; k++) junk[k] = (char)rand_r(&seed);
+		if (i % 3 == 0 && n >= 4) { junk[0] = 0x53; junk[1] = 0x56; junk[2] = 1; } /* valid prefix */
+		sendto(u, junk, n, 0, (struct sockaddr *)&ss, len);
+	}
+	close(u);
+	for (int i = 0; i < 20; i++) {
+		int t = socket(ss.ss_family, SOCK_STREAM, 0);
+		CHECK(!connect(t, (struct sockaddr *)&ss, len), "tcp connect");
+		size_t n = 1 + rand_r(&seed) % sizeof(junk);
+		for (size_t k = 0; k < n; k++) junk[k] = (char)rand_r(&seed);
+		if (i % 2) { junk[0] = 0x53; junk[1] = 0x56; junk[2] = 1; junk[3] = 1; }
+		(void)!write(t, junk, n);
+		close(t);
+	}
+	usleep(100000);
+	strcpy(a.buf, "still alive");
+	CHECK(!post_recv(&b, 1, 0, 64), "recv");
+	CHECK(!post_send_op(&a, 1, IBV_WR_SEND, 0, 12, 0, 0, 0, 0), "send");
+	struct ibv_wc wc;
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(b.buf, "still alive"), "works after garbage");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_cq_overrun(void)
+{
+	struct ibv_context *ctx = open_soft();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	CHECK(cq && cq->cqe >= 1, "cq");
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .cap = { 4, 4, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	struct ep e = { .ctx = ctx, .qp = qp };
+	CHECK(qp && !to_init(&e, 0), "qp");
+	struct ibv_recv_wr wr = { .wr_id = 1 }, *bad;
+	for (int i = 0; i < 3; i++) CHECK(!ibv_post_recv(qp, &wr, &bad), "recv %d", i);
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE), "ERR");
+	struct ibv_async_event ev;
+	CHECK(!ibv_get_async_event(ctx, &ev) && ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == cq, "CQ_ERR event");
+	ibv_ack_async_event(&ev);
+	CHECK(cq->async_events_completed == 1, "async ack counted");
+	struct ibv_wc wc[4];
+	CHECK(ibv_poll_cq(cq, 4, wc) == 1, "only cqe entries kept");
+	CHECK(!ibv_destroy_qp(qp) && !ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "cleanup");
+	return 0;
+}
+
+static int t_kern_copies(void)
+{
+	/* our byte-offset copies match the kernel headers */
+	_Static_assert(sizeof(struct ib_uverbs_qp_attr) == 144, "qp_attr");
+	_Static_assert(offsetof(struct ib_uverbs_qp_attr, ah_attr) == 40, "ah");
+	_Static_assert(offsetof(struct ib_uverbs_qp_attr, max_send_wr) == 104, "cap");
+	_Static_assert(offsetof(struct ib_uverbs_qp_attr, alt_timeout) == 138, "alt_timeout");
+	_Static_assert(sizeof(struct ib_user_path_rec) == 64, "path");
+	_Static_assert(offsetof(struct ib_user_path_rec, mtu) == 48, "mtu");
+	struct ib_uverbs_qp_attr k;
+	memset(&k, 0, sizeof(k));
+	k.qp_state = 3; k.qkey = 0x1234; k.dest_qp_num = 77; k.ah_attr.dlid = 9; k.ah_attr.grh.sgid_index = 2;
+	k.max_inline_data = 64; k.rnr_retry = 7; k.alt_timeout = 5;
+	struct ibv_qp_attr a;
+	ibv_copy_qp_attr_from_kern(&a, &k);
+	CHECK(a.qp_state == 3 && a.qkey == 0x1234 && a.dest_qp_num == 77 && a.ah_attr.dlid == 9 && a.ah_attr.grh.sgid_index == 2, "qp attr");
+	CHECK(a.cap.max_inline_data == 64 && a.rnr_retry == 7 && a.alt_timeout == 5, "qp attr tail");
+	return 0;
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	RUN(t_device_and_port);
+	RUN(t_rc_send_recv);
+	RUN(t_rc_write_read);
+	RUN(t_atomics);
+	RUN(t_protection);
+	RUN(t_rnr);
+	RUN(t_err_flush_event);
+	RUN(t_cq_event_semantics);
+	RUN(t_inline_and_bad_input);
+	RUN(t_ud);
+	RUN(t_mcast);
+	RUN(t_srq_and_async);
+	RUN(t_registry_without_hook);
+	RUN(t_kern_copies);
+	RUN(t_hook_layout);
+	RUN(t_garbage_frames);
+	RUN(t_cq_overrun);
+	printf("verbs_test: %d passed, %d failed\n", g_pass, g_fail);
+	return g_fail != 0;
+}

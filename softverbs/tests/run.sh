@@ -1,0 +1,122 @@
+#!/bin/bash
+# Every softverbs check (run from the repository root by `make test-softverbs`):
+#   1. cargo unit tests (state machine, frame codec, protection, fuzz-style decode run)
+#   2. symbols.sh: export table of build/lib/soft/libibverbs.so.1 read back with objdump
+#   3. BIND_NOW load of every Debian consumer with LD_LIBRARY_PATH=build/lib/soft:build/lib
+#   4. ibv_devices / ibv_devinfo show soft0
+#   5. the C behaviour tests in tests/c (two contexts over 127.0.0.1), also under valgrind
+# Prints PASS/FAIL lines and ends with "N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+SOFT=$PWD/build/lib/soft
+LIBS=$SOFT:$PWD/build/lib
+out=build/softverbs-tests
+mkdir -p "$out"
+pass=0; fail=0
+ok()  { echo "PASS $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1"; fail=$((fail+1)); }
+
+# 1. unit tests
+if timeout 600 cargo test -q -p softverbs --release > "$out/cargo.txt" 2>&1; then
+  ok "cargo unit tests ($(grep -o '[0-9]* passed' "$out/cargo.txt" | head -1))"
+else bad "cargo unit tests"; tail -30 "$out/cargo.txt"; fi
+
+# 2. symbols
+if timeout 120 bash softverbs/tests/symbols.sh > "$out/symbols.txt" 2>&1; then ok "symbols ($(tail -1 "$out/symbols.txt"))"
+else bad "symbols"; cat "$out/symbols.txt"; fi
+
+# 3. BIND_NOW loads
+loader_errors='symbol lookup error|undefined symbol|version .*not found|no version information available|error while loading shared libraries'
+consumers=(
+  "/usr/bin/rping -h" "/usr/bin/udaddy -h" "/usr/bin/mckey -h" "/usr/bin/ucmatose -h" "/usr/bin/cmtime -h"
+  "/usr/bin/rdma_client -h" "/usr/bin/rdma_server -h" "/usr/bin/rdma_xclient -h" "/usr/bin/rdma_xserver -h"
+  "/usr/bin/rstream -h" "/usr/bin/riostream -h" "/usr/bin/udpong -h" "/usr/bin/rcopy -h"
+  "/usr/bin/ib_send_lat --help" "/usr/bin/ib_write_bw --help" "/usr/bin/ib_read_lat --help" "/usr/bin/ib_send_bw --help"
+  "/usr/bin/qperf --help"
+)
+for c in "${consumers[@]}"; do
+  prog=${c%% *}; name=$(basename "$prog")
+  if [ ! -x "$prog" ]; then bad "load $name: $prog missing (tools/install-deps.sh)"; continue; fi
+  # shellcheck disable=SC2086
+  LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT=$out/bind.$name LD_LIBRARY_PATH=$LIBS timeout 10 $c > /dev/null 2> "$out/load.$name" < /dev/null
+  if grep -Eq "$loader_errors" "$out/load.$name"; then bad "load $name: $(grep -E "$loader_errors" "$out/load.$name" | head -1)"
+  elif ! grep -qs "to $SOFT/libibverbs.so.1 \[0\]: normal symbol \`ibv_" "$out"/bind.$name.*; then bad "load $name: no ibv_* binding to our libibverbs"
+  else ok "load $name (BIND_NOW)"; fi
+  rm -f "$out"/bind.$name.*
+done
+if LD_BIND_NOW=1 LD_LIBRARY_PATH=$LIBS timeout 20 /usr/bin/python3 -c 'import pyverbs.device, pyverbs.qp, pyverbs.cq, pyverbs.mr, pyverbs.pd' > "$out/py.txt" 2>&1; then
+  ok "load pyverbs (device qp cq mr pd)"
+else bad "load pyverbs"; cat "$out/py.txt"; fi
+if LD_LIBRARY_PATH=$LIBS timeout 20 /usr/bin/python3 -c '
+import pyverbs.device as d
+l = d.get_device_list()
+assert len(l) == 1 and l[0].name.decode() == "soft0", l
+with d.Context(name="soft0") as c:
+    a = c.query_device(); p = c.query_port(1)
+    assert a.max_qp_rd_atom >= 16 and p.state == 4
+    c.query_gid(1, 0); c.query_gid_type(1, 0)
+' > "$out/py2.txt" 2>&1; then ok "pyverbs opens soft0 and queries it"
+else bad "pyverbs query"; cat "$out/py2.txt"; fi
+
+# 4. ibverbs-utils
+if LD_LIBRARY_PATH=$SOFT timeout 10 ibv_devices > "$out/devices.txt" 2>&1 && grep -q 'soft0' "$out/devices.txt"; then ok "ibv_devices shows soft0"
+else bad "ibv_devices"; cat "$out/devices.txt"; fi
+if LD_LIBRARY_PATH=$SOFT timeout 10 ibv_devinfo -v > "$out/devinfo.txt" 2>&1 && grep -q 'hca_id:.*soft0' "$out/devinfo.txt" && grep -q 'PORT_ACTIVE' "$out/devinfo.txt"; then
+  ok "ibv_devinfo shows soft0, port ACTIVE"
+else bad "ibv_devinfo"; cat "$out/devinfo.txt"; fi
+
+# 5. C behaviour tests
+if cc -std=gnu11 -Wall -Wextra -Werror -O1 -g -o "$out/verbs_test" softverbs/tests/c/verbs_test.c -L"$SOFT" -l:libibverbs.so.1 -lpthread -ldl > "$out/cc.txt" 2>&1; then
+  LD_LIBRARY_PATH=$SOFT timeout 120 "$out/verbs_test" > "$out/verbs_test.txt" 2>&1
+  rc=$?
+  sed 's/^/    /' "$out/verbs_test.txt"
+  [ $rc -eq 0 ] && ok "C tests: $(tail -1 "$out/verbs_test.txt")" || bad "C tests (exit $rc)"
+  if command -v valgrind > /dev/null; then
+    if LD_LIBRARY_PATH=$SOFT timeout 600 valgrind -q --error-exitcode=3 --errors-for-leak-kinds=none "$out/verbs_test" > "$out/valgrind.txt" 2>&1; then
+      ok "C tests under valgrind (no memory errors)"
+    else bad "C tests under valgrind"; tail -40 "$out/valgrind.txt"; fi
+  fi
+else bad "compile C tests"; cat "$out/cc.txt"; fi
+
+# 6. Debian's verbs-only programs, server and client as two processes over 127.0.0.1
+#    (no rdma_cm: QPs are found through the host registry)
+pair() { # name server-cmd... -- client-args...
+  local name=$1; shift
+  local srv=() cli=()
+  while [ "$1" != "--" ]; do srv+=("$1"); shift; done; shift
+  cli=("$@")
+  LD_LIBRARY_PATH=$LIBS timeout 60 "${srv[@]}" > "$out/$name.srv" 2>&1 &
+  local spid=$!
+  sleep 0.7
+  LD_LIBRARY_PATH=$LIBS timeout 60 "${srv[@]}" "${cli[@]}" > "$out/$name.cli" 2>&1
+  local crc=$?
+  wait $spid; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ]; then ok "$name (two processes)"
+  else bad "$name (client exit $crc, server exit $src)"; tail -n 5 "$out/$name.cli" "$out/$name.srv"; fi
+}
+pair ib_send_bw ib_send_bw -p 18601 -n 500 -s 4096 -- 127.0.0.1
+pair ib_send_bw_ud ib_send_bw -p 18602 -c UD -n 200 -s 1024 -- 127.0.0.1
+pair ib_write_bw ib_write_bw -p 18603 -n 500 -s 65536 -- 127.0.0.1
+pair ib_read_lat ib_read_lat -p 18604 -n 200 -- 127.0.0.1
+pair ib_send_lat ib_send_lat -p 18605 -n 200 -- 127.0.0.1
+pair ib_send_bw_event ib_send_bw -p 18606 -e -n 300 -s 4096 -- 127.0.0.1
+LD_LIBRARY_PATH=$LIBS timeout 60 qperf -lp 19801 > "$out/qperf.srv" 2>&1 &
+qpid=$!
+sleep 0.7
+if LD_LIBRARY_PATH=$LIBS timeout 50 qperf -lp 19801 127.0.0.1 -t 1 rc_bw rc_lat uc_bw ud_lat rc_rdma_write_bw rc_rdma_read_bw rc_compare_swap_mr rc_fetch_add_mr > "$out/qperf.cli" 2>&1 \
+   && ! grep -qi 'failed\|error' "$out/qperf.cli"; then ok "qperf rc/uc/ud/rdma/atomic tests (event mode, SIGALRM)"
+else bad "qperf"; tail -20 "$out/qperf.cli"; fi
+kill $qpid 2>/dev/null; wait $qpid 2>/dev/null
+
+# 7. libFuzzer run of the frame decoder, only where cargo-fuzz and nightly are installed
+if command -v cargo-fuzz > /dev/null && rustup toolchain list 2>/dev/null | grep -q nightly; then
+  if (cd softverbs/fuzz && timeout 600 cargo +nightly fuzz run decode -- -max_total_time=10) > "$out/fuzz.txt" 2>&1; then
+    ok "cargo-fuzz decode: $(grep -o 'Done [0-9]* runs' "$out/fuzz.txt" | tail -1), no crash"
+  else bad "cargo-fuzz decode"; tail -n 30 "$out/fuzz.txt"; fi
+else
+  echo "SKIP cargo-fuzz (not installed; the deterministic 200k-frame run in the unit tests covers decode)"
+fi
+
+echo "softverbs: $pass passed, $fail failed"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
