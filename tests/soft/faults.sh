@@ -11,23 +11,26 @@ ok() { echo "PASS $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1"; fail=$((fail+1)); }
 
 # 1. kill -9 the rping client mid-run: the server must notice and exit.
-RDMACM_RS_TRACE=$PWD/$out/kill.trace timeout 60 "$L" rping -s -a 127.0.0.1 -p 7321 -v -C 0 > "$out/kill.server.log" 2>&1 &
+RDMACM_RS_TRACE=$PWD/$out/kill.trace "$L" rping -s -a 127.0.0.1 -p 7321 -v -C 0 > "$out/kill.server.log" 2>&1 &
 spid=$!
 sleep 0.5
-timeout 60 "$L" rping -c -a 127.0.0.1 -p 7321 -C 0 > "$out/kill.client.log" 2>&1 &
+"$L" rping -c -a 127.0.0.1 -p 7321 -C 0 > "$out/kill.client.log" 2>&1 &
 cpid=$!
 sleep 1
 kill -9 $cpid; wait $cpid 2>/dev/null
 for _ in $(seq 50); do kill -0 $spid 2>/dev/null || break; sleep 0.1; done
-if kill -0 $spid 2>/dev/null; then bad "rping server did not exit within 5 s of its peer's death"; kill $spid
+if kill -0 $spid 2>/dev/null; then bad "rping server did not exit within 5 s of its peer's death"; kill -9 $spid
 else
 	wait $spid
-	grep -q 'event RDMA_CM_EVENT_DISCONNECTED' "$out/kill.trace" && ok "survivor got DISCONNECTED and exited after the peer was killed" \
-		|| bad "survivor exited without a DISCONNECTED event"
+	# rping's main thread may see the failed completion before its CM thread
+	# reads DISCONNECTED; either is the survivor noticing, a hang is not.
+	if grep -q 'event RDMA_CM_EVENT_DISCONNECTED' "$out/kill.trace" || grep -q 'completion failed status' "$out/kill.server.log"; then
+		ok "survivor noticed its peer's death (DISCONNECTED or error completions) and exited"
+	else bad "survivor exited without noticing its peer's death"; fi
 fi
 
 # 2. 1000 connections through one cmtime server: fds and RSS stay flat.
-timeout 300 "$L" cmtime -b 127.0.0.1 -p 7322 > "$out/cycles.server.log" 2>&1 &
+"$L" cmtime -b 127.0.0.1 -p 7322 > "$out/cycles.server.log" 2>&1 &
 spid=$!
 sleep 0.5
 sample() { echo "$(ls /proc/$spid/fd | wc -l) $(awk '/VmRSS/ {print $2}' /proc/$spid/status)"; }
@@ -35,7 +38,7 @@ timeout 60 "$L" cmtime -s 127.0.0.1 -p 7322 -c 100 > /dev/null 2>&1
 sleep 0.3; first=$(sample)
 for i in $(seq 9); do timeout 60 "$L" cmtime -s 127.0.0.1 -p 7322 -c 100 > "$out/cycles.client.$i.log" 2>&1 || bad "cmtime round $i failed"; done
 sleep 0.3; last=$(sample)
-kill $spid 2>/dev/null; wait $spid 2>/dev/null
+kill -9 $spid 2>/dev/null; wait $spid 2>/dev/null
 set -- $first $last
 echo "server after 100 connections: $1 fds, $2 kB RSS; after 1000: $3 fds, $4 kB RSS"
 [ "$1" -eq "$3" ] && ok "fd count flat over 1000 connect/disconnect cycles ($1)" || bad "fd count grew from $1 to $3"

@@ -24,10 +24,10 @@ pair() {
 	ip netns exec "$b" timeout 60 "$L" $cli > "$out/$name.client.log" 2>&1
 	local crc=$?; wait $spid; local src=$?
 	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then echo "PASS netns $name"; pass=$((pass+1))
-	else echo "FAIL netns $name: client $crc server $src"; fail=$((fail+1)); tail -3 "$out/$name.server.log" "$out/$name.client.log"; fi
+	else echo "FAIL netns $name: client $crc server $src"; fail=$((fail+1)); tail -n 3 "$out/$name.server.log" "$out/$name.client.log"; fi
 }
 pair rping "rping -s -a $S -v -C 20" "rping -c -a $S -v -C 20"
 pair udaddy "udaddy" "udaddy -s $S"
-pair ucmatose "ucmatose" "ucmatose -s $S -c 4"
+pair ucmatose "ucmatose -c 4" "ucmatose -s $S -c 4"
 echo "netns: $pass passed, $fail failed"
 [ $fail -eq 0 ]

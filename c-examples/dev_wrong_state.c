@@ -1,0 +1,283 @@
+/* dev-example: errno of calls made in the wrong state
+ *
+ * rdma_cm(7) RETURN CODES: "-1 error - see errno for more details".  The
+ * man pages give the order of calls (bind before listen, route resolution
+ * before connect, accept only on an id from CONNECT_REQUEST, resolve_route
+ * after resolve_addr, rdma_establish only without a QP, REUSEADDR before
+ * bind); this program makes each call out of order and checks the result
+ * against what rdma-core's librdmacm on a real kernel returns (the values
+ * were taken from Debian's library on rxe; see c-examples/expected/).
+ * Every case runs in its own forked process, so a crash is reported, not
+ * fatal.
+ *
+ *   dev_wrong_state ADDR [PORT=7508]
+ */
+#include <sys/wait.h>
+
+#include "dev.h"
+
+static struct rdma_event_channel *ch;
+
+/* Print "<what>: ret R errno E" and check it against want_ret/want_errno. */
+static void result(const char *what, int r, int e, int want_r, int want_e)
+{
+	char got[64], want[64];
+
+	snprintf(got, sizeof(got), "ret %d errno %s", r, r ? dev_errno_name(e) : "0");
+	snprintf(want, sizeof(want), "ret %d errno %s", want_r, want_r ? dev_errno_name(want_e) : "0");
+	if (r == want_r && (r == 0 || e == want_e))
+		printf("ok %s: %s\n", what, got);
+	else {
+		printf("FAIL %s: %s, want %s\n", what, got, want);
+		check_failures++;
+	}
+}
+
+#define TRY(call, what, want_r, want_e)                                        \
+	do {                                                                   \
+		int r_, e_;                                                    \
+		errno = 0;                                                     \
+		r_ = (call);                                                   \
+		e_ = errno;                                                    \
+		result(what, r_, e_, want_r, want_e);                          \
+	} while (0)
+
+static struct rdma_cm_id *new_id(void)
+{
+	struct rdma_cm_id *id = NULL;
+
+	if (DEV_CALL(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), "rdma_create_id"))
+		exit(check_done());
+	return id;
+}
+
+static void resolve_addr(struct rdma_cm_id *id)
+{
+	if (DEV_CALL(rdma_resolve_addr(id, NULL, dev_sa(), DEV_RESOLVE_MS), "rdma_resolve_addr") ||
+	    dev_expect(ch, DEV_ACTIVE, RDMA_CM_EVENT_ADDR_RESOLVED))
+		exit(check_done());
+}
+
+static void resolve_route(struct rdma_cm_id *id)
+{
+	resolve_addr(id);
+	if (DEV_CALL(rdma_resolve_route(id, DEV_RESOLVE_MS), "rdma_resolve_route") ||
+	    dev_expect(ch, DEV_ACTIVE, RDMA_CM_EVENT_ROUTE_RESOLVED))
+		exit(check_done());
+}
+
+static void bind_addr(struct rdma_cm_id *id)
+{
+	if (DEV_CALL(rdma_bind_addr(id, dev_sa()), "rdma_bind_addr"))
+		exit(check_done());
+}
+
+static void case_listen_before_bind(void)
+{
+	struct rdma_cm_id *id = new_id();
+
+	TRY(rdma_listen(id, 1), "rdma_listen before rdma_bind_addr", 0, 0);
+	/* the kernel binds a listening id to the wildcard address and a free port */
+	CHECK(rdma_get_src_port(id) != 0, "the listening id got a port", "port 0");
+	rdma_destroy_id(id);
+}
+
+static void case_listen_twice(void)
+{
+	struct rdma_cm_id *id = new_id();
+
+	bind_addr(id);
+	TRY(rdma_listen(id, 1), "rdma_listen after rdma_bind_addr", 0, 0);
+	TRY(rdma_listen(id, 1), "rdma_listen again", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static void case_bind_twice(void)
+{
+	struct rdma_cm_id *id = new_id();
+
+	bind_addr(id);
+	TRY(rdma_bind_addr(id, dev_sa()), "rdma_bind_addr again", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static void case_connect_before_route(void)
+{
+	struct rdma_cm_id *id = new_id();
+	struct rdma_conn_param cp;
+
+	resolve_addr(id);
+	dev_conn_param(&cp, NULL);
+	cp.qp_num = 0x1234;
+	TRY(rdma_connect(id, &cp), "rdma_connect after resolve_addr, before resolve_route", -1,
+	    EINVAL);
+	rdma_destroy_id(id);
+}
+
+/*
+ * On a fresh id (no address at all) Debian's librdmacm 44 dereferences the
+ * id's NULL device and crashes, so the case uses an id that is bound to the
+ * device's address but has not resolved a destination.
+ */
+static void case_route_before_addr(void)
+{
+	struct rdma_cm_id *id = new_id();
+
+	bind_addr(id);
+	TRY(rdma_resolve_route(id, DEV_RESOLVE_MS),
+	    "rdma_resolve_route after rdma_bind_addr, before rdma_resolve_addr", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static void case_accept_on_active(void)
+{
+	struct rdma_cm_id *id = new_id();
+	struct dev_qp q;
+
+	memset(&q, 0, sizeof(q));
+	resolve_route(id);
+	if (dev_rdma_qp(id, &q, "active"))
+		exit(check_done());
+	TRY(rdma_accept(id, NULL), "rdma_accept on a route-resolved active id with a QP", -1, EINVAL);
+	dev_free_qp(id, &q);
+	rdma_destroy_id(id);
+}
+
+static void case_accept_on_listener(void)
+{
+	struct rdma_cm_id *id = new_id();
+	struct rdma_conn_param cp;
+
+	bind_addr(id);
+	if (DEV_CALL(rdma_listen(id, 1), "rdma_listen"))
+		exit(check_done());
+	dev_conn_param(&cp, NULL);
+	cp.qp_num = 0x1234;
+	TRY(rdma_accept(id, &cp), "rdma_accept on the listening id", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static void case_establish_with_qp(void)
+{
+	struct rdma_cm_id *id = new_id();
+	struct dev_qp q;
+
+	memset(&q, 0, sizeof(q));
+	resolve_route(id);
+	if (dev_rdma_qp(id, &q, "active"))
+		exit(check_done());
+	TRY(rdma_establish(id), "rdma_establish on an id with a QP", -1, EINVAL);
+	dev_free_qp(id, &q);
+	rdma_destroy_id(id);
+}
+
+static void case_disconnect_unconnected(void)
+{
+	struct rdma_cm_id *id = new_id();
+	struct dev_qp q;
+
+	memset(&q, 0, sizeof(q));
+	resolve_route(id);
+	if (dev_rdma_qp(id, &q, "active"))
+		exit(check_done());
+	TRY(rdma_disconnect(id), "rdma_disconnect on a route-resolved, unconnected id", -1, EINVAL);
+	dev_free_qp(id, &q);
+	rdma_destroy_id(id);
+}
+
+static void case_resolve_addr_twice(void)
+{
+	struct rdma_cm_id *id = new_id();
+
+	resolve_addr(id);
+	TRY(rdma_resolve_addr(id, NULL, dev_sa(), DEV_RESOLVE_MS),
+	    "rdma_resolve_addr again after ADDR_RESOLVED", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static void case_reuseaddr(void)
+{
+	struct rdma_cm_id *id = new_id();
+	int one = 1;
+
+	TRY(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)),
+	    "rdma_set_option(REUSEADDR) before bind", 0, 0);
+	bind_addr(id);
+	TRY(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)),
+	    "rdma_set_option(REUSEADDR) after bind", 0, 0);
+	if (DEV_CALL(rdma_listen(id, 1), "rdma_listen"))
+		exit(check_done());
+	TRY(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)),
+	    "rdma_set_option(REUSEADDR) after listen", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static void case_afonly(void)
+{
+	struct rdma_cm_id *id = new_id();
+	int one = 1;
+
+	bind_addr(id);
+	TRY(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)),
+	    "rdma_set_option(AFONLY) after bind", 0, 0);
+	if (DEV_CALL(rdma_listen(id, 1), "rdma_listen"))
+		exit(check_done());
+	TRY(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)),
+	    "rdma_set_option(AFONLY) after listen", -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} cases[] = {
+	{ "listen_before_bind", case_listen_before_bind },
+	{ "listen_twice", case_listen_twice },
+	{ "bind_twice", case_bind_twice },
+	{ "connect_before_route", case_connect_before_route },
+	{ "route_before_addr", case_route_before_addr },
+	{ "resolve_addr_twice", case_resolve_addr_twice },
+	{ "accept_on_active", case_accept_on_active },
+	{ "accept_on_listener", case_accept_on_listener },
+	{ "establish_with_qp", case_establish_with_qp },
+	{ "disconnect_unconnected", case_disconnect_unconnected },
+	{ "reuseaddr", case_reuseaddr },
+	{ "afonly", case_afonly },
+};
+
+int main(int argc, char **argv)
+{
+	unsigned i;
+	int status, failed = 0;
+
+	dev_args(argc, argv, 7508);
+	watchdog(120);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		pid_t pid;
+
+		printf("-- case %s\n", cases[i].name);
+		fflush(stdout);
+		pid = fork();
+		if (pid < 0)
+			fatal("fork");
+		if (pid == 0) {
+			alarm(0);
+			watchdog(30);
+			ch = dev_channel();
+			cases[i].fn();
+			rdma_destroy_event_channel(ch);
+			exit(check_done());
+		}
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		if (WIFSIGNALED(status)) {
+			printf("FAIL %s: crashed with signal %d\n", cases[i].name, WTERMSIG(status));
+			failed = 1;
+		} else if (WEXITSTATUS(status) == SKIP_STATUS) {
+			return SKIP_STATUS;  /* the child printed "skip: ..." */
+		} else if (WEXITSTATUS(status)) {
+			failed = 1;
+		}
+	}
+	return failed || check_done();
+}

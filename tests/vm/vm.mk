@@ -1,0 +1,53 @@
+# Real-kernel RDMA tests in a qemu guest (Debian's kernel, soft-RoCE rxe0);
+# included from the root Makefile.  See tests/vm/README.md.
+#
+#   make test-vm                   one boot: rdmacm-utils, dev_* (Debian's + ours), c-examples
+#   make test-vm VM_OURS_MUST_PASS=1   our library's failures count (once the kernel backend lands)
+#   make test-vm-siw               dev_* with Debian's library on SoftiWARP (informational)
+#   make vm-expected [VM_RDMA=siw] refresh c-examples/expected/dev_*.rxe.txt (.siw.txt) from Debian's library
+#   make vm-shell CMD='...'        run any command in the guest
+
+VM_DIR            := tests/vm
+VM_RUN            := $(VM_DIR)/run-in-guest.sh
+VM_RESULTS        ?= $(CURDIR)/build/vm-results
+# 0: our library is expected to fail in the VM (kernel backend returns ENOSYS);
+# 1: every check of ours must pass.
+VM_OURS_MUST_PASS ?= 0
+VM_SECTIONS       ?= utils dev-debian dev-ours c-examples
+VM_VALGRIND       ?= 0
+vm_space          := $() $()
+
+.PHONY: test-vm test-vm-siw vm-build vm-expected vm-shell vm-deps
+
+vm-deps:
+	$(VM_DIR)/install-deps.sh
+
+# Build on the host (fast) what the guest runs (TCG is slow to compile).
+vm-build: lib
+	c-examples/run-device.sh --system --build-only
+	c-examples/run-device.sh --lib $(LIBDIR_OUT) --build-only
+
+test-vm: vm-build
+	@rm -rf $(VM_RESULTS)/rxe; mkdir -p $(VM_RESULTS)/rxe
+	QRXE_OUTDIR=$(VM_RESULTS)/rxe \
+	QRXE_ENV="VM_RESULTS=$(VM_RESULTS)/rxe VM_OURS_MUST_PASS=$(VM_OURS_MUST_PASS) VM_VALGRIND=$(VM_VALGRIND) VM_EXPECT=rxe VM_SECTIONS=$(subst $(vm_space),+,$(strip $(VM_SECTIONS)))" \
+	  $(VM_RUN) 'export VM_SECTIONS=$${VM_SECTIONS//+/ }; bash $(CURDIR)/$(VM_DIR)/suite.sh'
+
+test-vm-siw: vm-build
+	@rm -rf $(VM_RESULTS)/siw; mkdir -p $(VM_RESULTS)/siw
+	QRXE_RDMA=siw QRXE_OUTDIR=$(VM_RESULTS)/siw \
+	QRXE_ENV="VM_RESULTS=$(VM_RESULTS)/siw VM_OURS_MUST_PASS=$(VM_OURS_MUST_PASS) VM_EXPECT=siw VM_SECTIONS=utils+dev-debian" \
+	  $(VM_RUN) 'export VM_SECTIONS=$${VM_SECTIONS//+/ }; bash $(CURDIR)/$(VM_DIR)/suite.sh'
+
+# Debian's library is the oracle: store its stdout as the expected files
+# (VM_RDMA=rxe -> dev_*.rxe.txt, VM_RDMA=siw -> dev_*.siw.txt).
+VM_RDMA ?= rxe
+vm-expected: vm-build
+	@rm -rf $(VM_RESULTS)/expected-$(VM_RDMA); mkdir -p $(VM_RESULTS)/expected-$(VM_RDMA)
+	QRXE_RDMA=$(VM_RDMA) QRXE_OUTDIR=$(VM_RESULTS)/expected-$(VM_RDMA) \
+	  $(VM_RUN) 'cd $(CURDIR) && c-examples/run-device.sh --system --no-build $$QRXE_IP && for f in build/dev-examples/system/dev_*.out; do grep -q "^skip:" $$f || cp $$f $(VM_RESULTS)/expected-$(VM_RDMA)/; done'
+	for f in $(VM_RESULTS)/expected-$(VM_RDMA)/dev_*.out; do b=$$(basename $$f .out); cp $$f c-examples/expected/$$b.$(VM_RDMA).txt; done
+	@ls -l c-examples/expected/
+
+vm-shell:
+	$(VM_RUN) '$(CMD)'
