@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 L=$PWD/build/bin/rdmacm-soft
 out=build/soft-tests/faults; mkdir -p "$out"
+. tests/soft/lib.sh
 pass=0; fail=0
 ok() { echo "PASS $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1"; fail=$((fail+1)); }
@@ -13,7 +14,7 @@ bad() { echo "FAIL $1"; fail=$((fail+1)); }
 # 1. kill -9 the rping client mid-run: the server must notice and exit.
 RDMACM_RS_TRACE=$PWD/$out/kill.trace "$L" rping -s -a 127.0.0.1 -p 7321 -v -C 0 > "$out/kill.server.log" 2>&1 &
 spid=$!
-sleep 0.5
+wait_port 7321
 "$L" rping -c -a 127.0.0.1 -p 7321 -C 0 > "$out/kill.client.log" 2>&1 &
 cpid=$!
 sleep 1
@@ -32,7 +33,7 @@ fi
 # 2. 1000 connections through one cmtime server: fds and RSS stay flat.
 "$L" cmtime -b 127.0.0.1 -p 7322 > "$out/cycles.server.log" 2>&1 &
 spid=$!
-sleep 0.5
+wait_port 7322
 sample() { echo "$(ls /proc/$spid/fd | wc -l) $(awk '/VmRSS/ {print $2}' /proc/$spid/status)"; }
 timeout 60 "$L" cmtime -s 127.0.0.1 -p 7322 -c 100 > /dev/null 2>&1
 sleep 0.3; first=$(sample)

@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 L=$PWD/build/bin/rdmacm-soft
 out=build/soft-tests/netns; mkdir -p "$out"
+. tests/soft/lib.sh
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then echo "netns: needs root and iproute2"; echo "0 passed, 1 failed"; exit 1; fi
 a=rdmacmrs-a-$$; b=rdmacmrs-b-$$
 cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; }
@@ -17,17 +18,17 @@ ip -n "$b" addr add 10.77.0.2/24 dev vb-$$; ip -n "$b" link set vb-$$ up; ip -n 
 S=10.77.0.1
 pass=0; fail=0
 pair() {
-	local name=$1 srv=$2 cli=$3
+	local name=$1 port=$2 srv=$3 cli=$4
 	ip netns exec "$a" timeout 60 "$L" $srv > "$out/$name.server.log" 2>&1 &
 	local spid=$!
-	sleep 0.5
+	wait_port "$port" "$a"
 	ip netns exec "$b" timeout 60 "$L" $cli > "$out/$name.client.log" 2>&1
 	local crc=$?; wait $spid; local src=$?
 	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then echo "PASS netns $name"; pass=$((pass+1))
 	else echo "FAIL netns $name: client $crc server $src"; fail=$((fail+1)); tail -n 3 "$out/$name.server.log" "$out/$name.client.log"; fi
 }
-pair rping "rping -s -a $S -v -C 20" "rping -c -a $S -v -C 20"
-pair udaddy "udaddy" "udaddy -s $S"
-pair ucmatose "ucmatose -c 4" "ucmatose -s $S -c 4"
+pair rping 7174 "rping -s -a $S -v -C 20" "rping -c -a $S -v -C 20"
+pair udaddy 7174 "udaddy" "udaddy -s $S"
+pair ucmatose 7471 "ucmatose -c 4" "ucmatose -s $S -c 4"
 echo "netns: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -6,17 +6,18 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 L=$PWD/build/bin/rdmacm-soft
 out=build/soft-tests; rm -rf "$out"; mkdir -p "$out"
+. tests/soft/lib.sh
 pass=0; fail=0; only=("$@")
 
 want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
 
-# pair NAME SERVER_EXITS(1|0) "server command" "client command" [check-regex-in-client-output]
+# pair NAME SERVER_EXITS(1|0) PORT|- "server command" "client command" [check-regex-in-client-output]
 pair() {
-	local name=$1 exits=$2 srv=$3 cli=$4 check=${5:-}
+	local name=$1 exits=$2 port=$3 srv=$4 cli=$5 check=${6:-}
 	want "$name" || return 0
 	timeout 60 "$L" $srv > "$out/$name.server.log" 2>&1 &
 	local spid=$!
-	sleep 0.5
+	wait_port "$port"
 	timeout 60 "$L" $cli > "$out/$name.client.log" 2>&1
 	local crc=$? src=0
 	if [ "$exits" = 1 ]; then
@@ -36,17 +37,17 @@ pair() {
 }
 
 A=127.0.0.1
-pair rping 1 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
-pair udaddy 1 "udaddy" "udaddy -s $A" "test complete"
-pair mckey 1 "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
-pair ucmatose 1 "ucmatose -p 7303 -c 10" "ucmatose -s $A -p 7303 -c 10" "test complete"
-pair cmtime 0 "cmtime -b $A -p 7304" "cmtime -s $A -p 7304 -c 100" "connect"
-pair rdma_server 1 "rdma_server -p 7305" "rdma_client -s $A -p 7305" "end 0"
-pair rdma_xserver 1 "rdma_xserver -p 7306" "rdma_xclient -s $A -p 7306" "end 0"
-pair ib_send_lat 1 "ib_send_lat -R -p 7307" "ib_send_lat -R -p 7307 $A" "t_avg"
-pair ib_write_bw 1 "ib_write_bw -R -p 7308" "ib_write_bw -R -p 7308 $A" "BW average"
-pair ib_read_lat 1 "ib_read_lat -R -p 7309" "ib_read_lat -R -p 7309 $A" "t_avg"
-pair ib_send_bw_ud 1 "ib_send_bw -R -c UD -p 7310" "ib_send_bw -R -c UD -p 7310 $A" "BW average"
+pair rping 1 7301 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
+pair udaddy 1 7174 "udaddy" "udaddy -s $A" "test complete"
+pair mckey 1 - "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
+pair ucmatose 1 7303 "ucmatose -p 7303 -c 10" "ucmatose -s $A -p 7303 -c 10" "test complete"
+pair cmtime 0 7304 "cmtime -b $A -p 7304" "cmtime -s $A -p 7304 -c 100" "connect"
+pair rdma_server 1 7305 "rdma_server -p 7305" "rdma_client -s $A -p 7305" "end 0"
+pair rdma_xserver 1 7306 "rdma_xserver -p 7306" "rdma_xclient -s $A -p 7306" "end 0"
+pair ib_send_lat 1 7307 "ib_send_lat -R -p 7307" "ib_send_lat -R -p 7307 $A" "t_avg"
+pair ib_write_bw 1 7308 "ib_write_bw -R -p 7308" "ib_write_bw -R -p 7308 $A" "BW average"
+pair ib_read_lat 1 7309 "ib_read_lat -R -p 7309" "ib_read_lat -R -p 7309 $A" "t_avg"
+pair ib_send_bw_ud 1 7310 "ib_send_bw -R -c UD -p 7310" "ib_send_bw -R -c UD -p 7310 $A" "BW average"
 
 echo "soft: $pass passed, $fail failed"
 [ $fail -eq 0 ]

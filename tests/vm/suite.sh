@@ -14,7 +14,8 @@
 # expected-fail (kernel backend not implemented)") while VM_OURS_MUST_PASS=0,
 # and as failures once it is 1.  Every line is also written to
 # $VM_RESULTS/suite.log (with the per-program outputs next to it) when set.
-# Knobs: VM_SECTIONS ("utils dev-debian dev-ours c-examples"),
+# Knobs: VM_SECTIONS ("utils dev-debian dev-ours c-examples"), VM_UTILS_TESTS
+# (subset of rdmacm-utils-tests.sh, e.g. "rping cmtime"; default all),
 # VM_OURS_MUST_PASS (0), VM_EXPECT (rxe), VM_VALGRIND (0), VM_RESULTS.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -69,7 +70,7 @@ say "vm suite: kernel $(uname -r), devices: $(ls /sys/class/infiniband | tr '\n'
 
 if on utils; then
 	t0=$(now)
-	tally utils 0 < <(bash tests/vm/rdmacm-utils-tests.sh 2>&1)
+	tally utils 0 < <(TESTS=${VM_UTILS_TESTS:-} bash tests/vm/rdmacm-utils-tests.sh 2>&1)
 	say "[utils] done in $(took "$t0")"
 fi
 

@@ -3,7 +3,8 @@
 #
 #   make test-vm                   one boot: rdmacm-utils, dev_* (Debian's + ours), c-examples
 #   make test-vm VM_OURS_MUST_PASS=1   our library's failures count (once the kernel backend lands)
-#   make test-vm-siw               dev_* with Debian's library on SoftiWARP (informational)
+#   make test-vm-siw               the same on SoftiWARP (siw0; rdmacm-utils without UD, no c-examples)
+#   make test-vm-all               both
 #   make vm-expected [VM_RDMA=siw] refresh c-examples/expected/dev_*.rxe.txt (.siw.txt) from Debian's library
 #   make vm-shell CMD='...'        run any command in the guest
 
@@ -15,9 +16,13 @@ VM_RESULTS        ?= $(CURDIR)/build/vm-results
 VM_OURS_MUST_PASS ?= 0
 VM_SECTIONS       ?= utils dev-debian dev-ours c-examples
 VM_VALGRIND       ?= 0
+# siw (iWARP): no UD, so no udaddy/mckey; dev_* compared with the .siw.txt files
+VM_SIW_SECTIONS   ?= utils dev-debian dev-ours
 vm_space          := $() $()
 
-.PHONY: test-vm test-vm-siw vm-build vm-expected vm-shell vm-deps
+.PHONY: test-vm test-vm-siw test-vm-all vm-build vm-expected vm-shell vm-deps
+
+test-vm-all: test-vm test-vm-siw
 
 vm-deps:
 	$(VM_DIR)/install-deps.sh
@@ -36,8 +41,8 @@ test-vm: vm-build
 test-vm-siw: vm-build
 	@rm -rf $(VM_RESULTS)/siw; mkdir -p $(VM_RESULTS)/siw
 	QRXE_RDMA=siw QRXE_OUTDIR=$(VM_RESULTS)/siw \
-	QRXE_ENV="VM_RESULTS=$(VM_RESULTS)/siw VM_OURS_MUST_PASS=$(VM_OURS_MUST_PASS) VM_EXPECT=siw VM_SECTIONS=utils+dev-debian" \
-	  $(VM_RUN) 'export VM_SECTIONS=$${VM_SECTIONS//+/ }; bash $(CURDIR)/$(VM_DIR)/suite.sh'
+	QRXE_ENV="VM_RESULTS=$(VM_RESULTS)/siw VM_OURS_MUST_PASS=$(VM_OURS_MUST_PASS) VM_EXPECT=siw VM_SECTIONS=$(subst $(vm_space),+,$(strip $(VM_SIW_SECTIONS))) VM_UTILS_TESTS=rping+ucmatose+ucmatose-ib+cmtime" \
+	  $(VM_RUN) 'export VM_SECTIONS=$${VM_SECTIONS//+/ } VM_UTILS_TESTS=$${VM_UTILS_TESTS//+/ }; bash $(CURDIR)/$(VM_DIR)/suite.sh'
 
 # Debian's library is the oracle: store its stdout as the expected files
 # (VM_RDMA=rxe -> dev_*.rxe.txt, VM_RDMA=siw -> dev_*.siw.txt).

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Writes README.md's function status table (between the status markers) from
+the symbol lists and the facts below; run after changing what a function does."""
+import pathlib, re
+
+root = pathlib.Path(__file__).resolve().parent.parent
+syms = [l.split() for l in (root / "abi-tests/expected-symbols.txt").read_text().splitlines() if l.strip()]
+syms += [l.split() for l in (root / "abi-tests/rs-symbols.txt").read_text().splitlines() if l.strip()]
+
+CORE = "works with or without a device"
+DEVICE = "soft fabric: works · kernel CM: ENOSYS (issue 3) · no device: ENODEV"
+notes = {
+    "rdma_set_option": "TOS, REUSEADDR, AFONLY, ACK_TIMEOUT, IB_PATH checked like the kernel (ENOSYS/EINVAL); applied by the backend",
+    "rdma_get_request": CORE + " (EINVAL unless the listener is synchronous)",
+    "rdma_write_cm_event": CORE + ": a USER event on the id's own channel, on every kernel",
+    "rdma_resolve_addrinfo": CORE + ": resolved in userspace, ADDRINFO_RESOLVED/ERROR on the id's channel (RAI_SA: ENODEV)",
+    "rdma_query_addrinfo": CORE,
+    "rdma_getaddrinfo": CORE + " (libc resolution, upstream's conversion; RAI_SA: ENODEV)",
+    "rdma_get_devices": CORE + ": NULL-terminated list, empty when no device",
+    "rdma_set_local_ece": CORE + " (EINVAL with a QP, vendor 0 or comp_mask)",
+    "rdma_get_remote_ece": CORE + " (EINVAL with a QP)",
+    "rdma_establish": "EINVAL if the id has a QP; else " + DEVICE,
+    "rdma_create_qp_ex": DEVICE + "; create flags (e.g. BLOCK_SELF_MCAST_LB): EOPNOTSUPP",
+    "rdma_create_srq_ex": "EOPNOTSUPP (extended/XRC SRQs not offered yet)",
+}
+core = {"rdma_create_event_channel", "rdma_destroy_event_channel", "rdma_create_id", "rdma_destroy_id",
+        "rdma_get_cm_event", "rdma_ack_cm_event", "rdma_event_str", "rdma_migrate_id", "rdma_freeaddrinfo",
+        "rdma_get_src_port", "rdma_get_dst_port", "rdma_free_devices", "rdma_destroy_qp", "rdma_destroy_srq",
+        "rdma_destroy_ep"}
+passthru = {"rpoll", "rselect", "repoll_create", "repoll_ctl", "repoll_wait"}
+rows = []
+for node, s in syms:
+    if s in notes:
+        st = notes[s]
+    elif s in core:
+        st = CORE
+    elif s in passthru:
+        st = "plain fds pass through to poll/select/epoll; rsockets: issue 5"
+    elif node == "RDMACM_RS_1.0":
+        st = "rdma_verbs.h helper as a real function (for FFI callers)"
+    elif not s.startswith("rdma_"):
+        st = "ENOSYS (rsockets: issue 5)"
+    else:
+        st = DEVICE
+    rows.append(f"| `{s}` | {node} | {st} |")
+table = "| function | node | status |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+readme = root / "README.md"
+text = readme.read_text()
+new = re.sub(r"(<!-- status:begin -->\n).*?(<!-- status:end -->)", lambda m: m.group(1) + table + m.group(2), text, flags=re.S)
+readme.write_text(new)
