@@ -22,3 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 command -v cargo >/dev/null || { echo "cargo (Rust toolchain) is required: https://rustup.rs" >&2; exit 1; }
+# The frame decoder's libFuzzer target (softverbs/fuzz) needs cargo-fuzz on the nightly
+# toolchain the machine image ships; without nightly the deterministic fuzz test still runs.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly' && ! command -v cargo-fuzz >/dev/null; then
+  cargo install --locked cargo-fuzz >/dev/null 2>&1 || echo "note: cargo-fuzz could not be installed; the libFuzzer run will be skipped" >&2
+fi
