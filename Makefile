@@ -23,7 +23,7 @@ BINDIR      ?= $(PREFIX)/bin
 SOFTLIBDIR  ?= $(LIBDIR)/rdmacm-rs/soft
 DESTDIR     ?=
 
-.PHONY: all lib staticlib test test-rust test-abi test-c check-map install uninstall clean demo
+.PHONY: bench all lib staticlib test test-rust test-abi test-c check-map install uninstall clean demo
 
 all: lib softverbs
 
@@ -108,3 +108,7 @@ clean:
 	rm -rf build
 include tests/vm/vm.mk
 include softverbs/softverbs.mk
+
+# Benchmarks: ratios against the physical floor of the same host (never asserted).
+bench: all
+	bash tests/bench/soft.sh

@@ -11,6 +11,7 @@ pkgs=(
   python3-pyverbs                  # pyverbs.cmid load check
   valgrind                         # c-examples under valgrind
   iproute2                         # network namespaces (soft fabric tests)
+  sockperf iperf3                  # make bench: the TCP floor of the same host
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -38,6 +38,16 @@ pub struct softverbs_cm_ops {
             len: socklen_t,
         ) -> c_int,
     >,
+    /// Like `qp_endpoint`, for a context: every QP of a context shares its endpoint, and
+    /// an id whose QP the application owns gives the CM only the context. Present when
+    /// `size` covers it.
+    pub ctx_endpoint: Option<
+        unsafe extern "C" fn(
+            ctx: *mut ibv_context,
+            local_gid: *const ibv_gid,
+            out: *mut sockaddr_storage,
+        ) -> c_int,
+    >,
 }
 
 /// Current `softverbs_cm_ops.version`.
@@ -51,10 +61,11 @@ pub type softverbs_cm_ops_fn = unsafe extern "C" fn() -> *const softverbs_cm_ops
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<softverbs_cm_ops>() == 24);
+    assert!(size_of::<softverbs_cm_ops>() == 32);
     assert!(align_of::<softverbs_cm_ops>() == 8);
     assert!(offset_of!(softverbs_cm_ops, size) == 0);
     assert!(offset_of!(softverbs_cm_ops, version) == 4);
     assert!(offset_of!(softverbs_cm_ops, qp_endpoint) == 8);
     assert!(offset_of!(softverbs_cm_ops, add_peer) == 16);
+    assert!(offset_of!(softverbs_cm_ops, ctx_endpoint) == 24);
 };

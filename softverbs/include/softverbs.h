@@ -36,6 +36,10 @@ struct softverbs_cm_ops {
 	 * (RC) and before UD sends; repeated calls update it; 0 or an errno value. */
 	int (*add_peer)(struct ibv_context *ctx, const union ibv_gid *gid, uint32_t qpn,
 			const struct sockaddr *addr, socklen_t len);
+	/* Like qp_endpoint, for a context (all its QPs share the endpoint): for ids
+	 * whose QP the application owns. Present when size covers it. */
+	int (*ctx_endpoint)(struct ibv_context *ctx, const union ibv_gid *local_gid,
+			    struct sockaddr_storage *out);
 };
 
 /* Exported as softverbs_cm_ops@@SOFTVERBS_1.0. Never NULL. */

@@ -62,17 +62,22 @@ fn hook() -> Result<&'static super::hook::SoftverbsCmOps> {
     super::hook::ops().ok_or(Errno::ENODEV)
 }
 
-/// The transport endpoint of a QP, as softverbs reports it for `local`.
+/// The transport endpoint of a QP (or, for an id whose QP the application
+/// owns, of the device context), as softverbs reports it for `local`.
 fn qp_endpoint(qp: *mut ibv_qp, local: &SocketAddr) -> Option<SocketAddr> {
-    if qp.is_null() {
-        return None;
-    }
-    let f = hook().ok()?.qp_endpoint?;
     let gid = ibv_gid { raw: net::gid_of(local.ip()) };
     // SAFETY: all-zero is a valid sockaddr_storage.
     let mut out: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    // SAFETY: a live QP of the soft device; gid and out are valid for the call.
-    if unsafe { f(qp, &gid, &mut out) } != 0 {
+    let r = if qp.is_null() {
+        let f = super::hook::ctx_endpoint()?;
+        // SAFETY: the soft device's open context; gid and out are valid for the call.
+        unsafe { f(dev().ok()?.ctx as *mut ibv_context, &gid, &mut out) }
+    } else {
+        let f = hook().ok()?.qp_endpoint?;
+        // SAFETY: a live QP of the soft device; gid and out are valid for the call.
+        unsafe { f(qp, &gid, &mut out) }
+    };
+    if r != 0 {
         return None;
     }
     // SAFETY: out is 128 initialised bytes.

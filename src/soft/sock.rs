@@ -44,7 +44,10 @@ pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
 
 pub fn listen(fd: OwnedFd, backlog: i32) -> Result<std::net::TcpListener> {
     // SAFETY: listen on a bound stream socket we own.
-    cerr(unsafe { libc::listen(fd.as_raw_fd(), backlog.clamp(16, 4096)) })?;
+    // The RDMA backlog counts CM requests, not TCP handshakes: never let the
+    // kernel drop SYNs of a burst of connects (cmtime), whatever the app asked.
+    let _ = backlog;
+    cerr(unsafe { libc::listen(fd.as_raw_fd(), libc::SOMAXCONN) })?;
     Ok(std::net::TcpListener::from(fd))
 }
 

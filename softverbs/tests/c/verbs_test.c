@@ -591,10 +591,11 @@ static int t_registry_without_hook(void)
 static int t_hook_layout(void)
 {
 	/* the same numbers rdma-abi/src/softverbs.rs asserts for its Rust mirror */
-	_Static_assert(sizeof(struct softverbs_cm_ops) == 24, "size");
+	_Static_assert(sizeof(struct softverbs_cm_ops) == 32, "size");
 	_Static_assert(offsetof(struct softverbs_cm_ops, version) == 4, "version");
 	_Static_assert(offsetof(struct softverbs_cm_ops, qp_endpoint) == 8, "qp_endpoint");
 	_Static_assert(offsetof(struct softverbs_cm_ops, add_peer) == 16, "add_peer");
+	_Static_assert(offsetof(struct softverbs_cm_ops, ctx_endpoint) == 24, "ctx_endpoint");
 	const struct softverbs_cm_ops *ops = softverbs_cm_ops();
 	CHECK(ops && ops == cm_ops() && ops->size == sizeof(*ops) && ops->version == SOFTVERBS_CM_OPS_VERSION, "ops table");
 	struct ep a;
@@ -602,6 +603,10 @@ static int t_hook_layout(void)
 	struct sockaddr_storage ss;
 	CHECK(ops->qp_endpoint(a.qp, NULL, &ss) == 0 && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6), "endpoint");
 	CHECK(ops->qp_endpoint(NULL, NULL, &ss) == EINVAL, "NULL qp");
+	struct sockaddr_storage cs;
+	CHECK(ops->ctx_endpoint(a.qp->context, NULL, &cs) == 0 && memcmp(&cs, &ss, sizeof(ss)) == 0,
+	      "ctx_endpoint equals the endpoint of the context's QPs");
+	CHECK(ops->ctx_endpoint(NULL, NULL, &cs) == EINVAL, "NULL context");
 	union ibv_gid g = { .raw = { 0 } };
 	CHECK(ops->add_peer(a.ctx, &g, 5, NULL, 0) == EINVAL, "NULL addr");
 	CHECK(ops->add_peer(a.ctx, &g, 0x1000000, (struct sockaddr *)&ss, sizeof(ss)) == EINVAL, "qpn > 24 bits");
