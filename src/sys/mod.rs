@@ -26,7 +26,13 @@ impl Errno {
 
 impl From<std::io::Error> for Errno {
     fn from(e: std::io::Error) -> Self {
-        Errno(e.raw_os_error().unwrap_or(libc::EIO))
+        match (e.raw_os_error(), e.kind()) {
+            (Some(n), _) => Errno(n),
+            // std makes some errors itself (connect_timeout's timeout has no OS code).
+            (None, std::io::ErrorKind::TimedOut) => Errno(libc::ETIMEDOUT),
+            (None, std::io::ErrorKind::InvalidInput) => Errno(libc::EINVAL),
+            (None, _) => Errno(libc::EIO),
+        }
     }
 }
 
