@@ -66,6 +66,7 @@ test-c: lib
 # Debian's programs and our device-level c-examples on the soft fabric (issue 4).
 test-soft: all
 	bash tests/soft/run.sh
+	SOFT=1 VALGRIND=0 bash c-examples/run.sh
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect rxe 127.0.0.1 \
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$')
 	bash tests/soft/netns.sh

@@ -616,6 +616,12 @@ static void dlog(struct dev_log *l, int cond, const char *fmt, ...)
 		l->len += n;
 	l->buf[l->len++] = '\n';
 	l->buf[l->len] = 0;
+	/* also live on stderr (not compared), in case the program gets stuck */
+	va_start(ap, fmt);
+	fprintf(stderr, "[%s", cond ? "ok " : "FAIL ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "]\n");
+	va_end(ap);
 	if (!cond)
 		l->fails++;
 }

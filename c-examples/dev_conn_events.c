@@ -10,7 +10,11 @@
  * disconnect), so the sequences can be compared between libraries.
  *
  * Round 1: the active side disconnects first; round 2: the passive side.
- * Each side has its own event channel, one process, one thread.
+ * The peer gets DISCONNECTED, then the events the initiator sees before the
+ * peer calls rdma_disconnect are printed (on IB/RoCE none: the initiator's
+ * DISCONNECTED waits for the peer's DREP; on iWARP it comes at once), then
+ * the peer disconnects too.  Each side has its own event channel; one
+ * process, one thread.
  *
  *   dev_conn_events ADDR [PORT=7501]
  */

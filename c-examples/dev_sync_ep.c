@@ -28,6 +28,7 @@ static char port_str[16];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int listening; /* 1 listening, -1 server failed */
+static int server_done;
 
 static void set_listening(int v)
 {
@@ -101,7 +102,7 @@ static void *server(void *arg)
 	     "server: id->event is the CONNECT_REQUEST (got %s)", ev_name(id));
 	dlog(l, id->event && id->event->listen_id == listen_id,
 	     "server: id->event->listen_id is the listener");
-	mr = rdma_reg_msgs(id, rbuf, sizeof(rbuf) * 2 > 0 ? sizeof(rbuf) : 0);
+	mr = rdma_reg_msgs(id, rbuf, sizeof(rbuf));
 	dlog(l, mr != NULL, "server: rdma_reg_msgs");
 	if (!mr || LOGCALL(l, rdma_post_recv(id, NULL, rbuf, sizeof(rbuf), mr), "server: rdma_post_recv"))
 		goto out;
@@ -111,7 +112,7 @@ static void *server(void *arg)
 	r = rdma_get_recv_comp(id, &wc);
 	dlog(l, r == 1 && wc.status == IBV_WC_SUCCESS && !strcmp(rbuf, "hello"),
 	     "server: rdma_get_recv_comp returns 1 completion with \"hello\" (ret %d)", r);
-	ibv_dereg_mr(mr);
+	rdma_dereg_mr(mr);
 	mr = rdma_reg_msgs(id, sbuf, sizeof(sbuf));
 	if (!mr || LOGCALL(l, rdma_post_send(id, NULL, sbuf, strlen(sbuf) + 1, mr, 0),
 			   "server: rdma_post_send"))
@@ -121,8 +122,12 @@ static void *server(void *arg)
 	     "server: rdma_get_send_comp returns 1 successful completion (ret %d)", r);
 	LOGCALL(l, rdma_disconnect(id), "server: rdma_disconnect");
 out:
-	if (listening == 0)
-		set_listening(-1);
+	pthread_mutex_lock(&mu);
+	if (listening == 0) {
+		listening = -1;
+		pthread_cond_broadcast(&cv);
+	}
+	pthread_mutex_unlock(&mu);
 	if (mr)
 		rdma_dereg_mr(mr);
 	if (id)
@@ -131,6 +136,7 @@ out:
 		rdma_destroy_ep(listen_id);
 	if (res)
 		rdma_freeaddrinfo(res);
+	__atomic_store_n(&server_done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
 }
 
@@ -205,8 +211,18 @@ int main(int argc, char **argv)
 	watchdog(60);
 	if (pthread_create(&s, NULL, server, NULL) || pthread_create(&c, NULL, client, NULL))
 		fatal("pthread_create");
-	pthread_join(s, NULL);
 	pthread_join(c, NULL);
+	/* if the client gave up early the server may sit in rdma_get_request */
+	for (int i = 0; i < 1000 && !__atomic_load_n(&server_done, __ATOMIC_SEQ_CST); i++)
+		sleep_ms(10);
+	if (!__atomic_load_n(&server_done, __ATOMIC_SEQ_CST)) {
+		printf("-- server thread (still blocked 10 s after the client finished)\n");
+		dev_log_flush(&slog);
+		printf("-- client thread\n");
+		dev_log_flush(&clog);
+		fail_stuck("server thread did not finish");
+	}
+	pthread_join(s, NULL);
 	printf("-- server thread\n");
 	dev_log_flush(&slog);
 	printf("-- client thread\n");
