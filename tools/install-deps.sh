@@ -28,3 +28,5 @@ command -v cargo >/dev/null || { echo "cargo (Rust toolchain) is required: https
 if rustup toolchain list 2>/dev/null | grep -q '^nightly' && ! command -v cargo-fuzz >/dev/null; then
   cargo install --locked cargo-fuzz >/dev/null 2>&1 || echo "note: cargo-fuzz could not be installed; the libFuzzer run will be skipped" >&2
 fi
+# The qemu/rxe harness (tests/vm) has its own list.
+bash "$(dirname "$0")/../tests/vm/install-deps.sh"
