@@ -3,8 +3,8 @@
 //!
 //! * `soft`: our software libibverbs (softverbs) is the loaded libibverbs; the
 //!   CM runs in userspace over sockets (issue 4).
-//! * kernel: `/dev/infiniband/rdma_cm` exists (issue 3, not written yet:
-//!   its calls fail with ENOSYS).
+//! * `kernel`: `/dev/infiniband/rdma_cm` exists (and the soft hook does not):
+//!   the kernel's CM (issue 3); ENODEV while libibverbs sees no device.
 //! * none: no device; device calls fail with ENODEV, as upstream's do.
 
 use crate::cm::options::Opt;
@@ -72,7 +72,7 @@ pub fn kind() -> Kind {
 pub fn device() -> Result<&'static dyn Backend> {
     match kind() {
         Kind::NoDevice => Err(Errno::ENODEV),
-        Kind::Kernel => Err(Errno::ENOSYS),
+        Kind::Kernel => crate::kernel::backend(),
         Kind::Soft => Ok(crate::soft::backend()),
     }
 }

@@ -3,7 +3,7 @@
 //! Layout: `ffi` is the C boundary (the exported functions, argument checks, errno);
 //! `cm` is the backend-neutral connection manager (channels, ids, events);
 //! `addrinfo` implements `rdma_getaddrinfo`; `backend` picks what carries
-//! device operations; `verbs` is the little of libibverbs we call; `sys` is libc glue.
+//! device operations (`soft`: the userspace CM; `kernel`: /dev/infiniband/rdma_cm); `verbs` is the little of libibverbs we call; `sys` is libc glue.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(clippy::missing_safety_doc)]
 
@@ -15,6 +15,7 @@ pub mod backend;
 pub mod cm;
 pub mod devices;
 pub mod ffi;
+pub mod kernel;
 pub mod qp;
 pub mod soft;
 pub mod sys;

@@ -168,7 +168,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     let s2 = s.clone();
     let go = move || {
         let r = if net::is_local(dst.ip()) {
-            TcpStream::connect(dst)
+            connect_local(dst)
         } else {
             TcpStream::connect_timeout(&dst, Duration::from_secs(5))
         };
@@ -191,12 +191,28 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
             }
         }
     };
-    if net::is_local(dst.ip()) {
-        go();
-    } else {
-        std::thread::spawn(go);
-    }
+    // The TCP connect (and its retries) happens off the caller's thread:
+    // rdma_connect only starts the connection, its outcome is an event.
+    std::thread::spawn(go);
     Ok(())
+}
+
+/// A connect on this host. A refusal is retried for a moment before it counts:
+/// programs that tear a listener down and listen again on the same port
+/// (perftest's two rdma_cm phases) race their peer by a few milliseconds, and
+/// their own retry path is broken; an IB REQ would not be lost in that gap
+/// either, as the CM answers it only once it is processed.
+fn connect_local(dst: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut tries = 0;
+    loop {
+        match TcpStream::connect(dst) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
 }
 
 pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {

@@ -1,0 +1,144 @@
+//! Verbs devices as the kernel CM names them: an id is attached to the device
+//! whose node GUID (and index, when both sides know it) QUERY(ADDR) reports
+//! (kernel-abi.md §4). Per device, once: its context (shared with
+//! rdma_get_devices), its limits, the link layer of each port and one PD that
+//! every id on the device gets as `id->pd`. Devices are kept for the life of
+//! the process, like the contexts handed to applications.
+
+use crate::cm::registry::lock;
+use crate::sys::{Errno, Result};
+use crate::verbs::{ibv_alloc_pd, ibv_get_device_guid, ibv_query_port};
+use rdma_abi::verbs::*;
+use std::sync::{LazyLock, Mutex};
+
+#[link(name = "ibverbs")]
+extern "C" {
+    fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> libc::c_int;
+    fn ibv_get_device_index(device: *mut ibv_device) -> libc::c_int;
+}
+
+pub struct Dev {
+    pub ctx: usize,
+    pub pd: usize,
+    /// Node GUID as the kernel reports it (network byte order, raw).
+    pub guid: u64,
+    /// Kernel device index, -1 when libibverbs does not know it.
+    pub index: i32,
+    pub transport: ibv_transport_type,
+    /// Device maxima for rdma_connect/rdma_accept defaults (capped at 255).
+    pub max_responder_resources: u8,
+    pub max_initiator_depth: u8,
+    /// Link layer of port n at [n - 1].
+    pub link_layer: Vec<u8>,
+}
+
+impl Dev {
+    pub fn is_iwarp(&self) -> bool {
+        self.transport == IBV_TRANSPORT_IWARP
+    }
+    pub fn is_ib_transport(&self) -> bool {
+        self.transport == IBV_TRANSPORT_IB
+    }
+    pub fn link_layer(&self, port: u8) -> u8 {
+        self.link_layer.get((port as usize).wrapping_sub(1)).copied().unwrap_or(IBV_LINK_LAYER_UNSPECIFIED)
+    }
+    pub fn ctx(&self) -> *mut ibv_context {
+        self.ctx as *mut ibv_context
+    }
+    pub fn pd(&self) -> *mut ibv_pd {
+        self.pd as *mut ibv_pd
+    }
+}
+
+static DEVS: LazyLock<Mutex<Vec<&'static Dev>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
+/// Whether (guid, index) names this device; an unknown index on either side
+/// matches on the GUID alone.
+fn matches(guid: u64, index: u32, d_guid: u64, d_index: i32) -> bool {
+    guid == d_guid && (index == u32::MAX || d_index < 0 || d_index as u32 == index)
+}
+
+/// Sets up a device context for the CM (limits, ports, shared PD).
+fn make(ctx: *mut ibv_context) -> Result<Dev> {
+    // SAFETY: ctx is an open device context; its device pointer is valid.
+    let (guid, index, transport) = unsafe {
+        let d = (*ctx).device;
+        (ibv_get_device_guid(d.cast()), ibv_get_device_index(d), (*d).transport_type)
+    };
+    // SAFETY: all-zero is a valid ibv_device_attr.
+    let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: an open context and a writable attribute block.
+    let r = unsafe { ibv_query_device(ctx, &mut attr) };
+    if r != 0 {
+        return Err(Errno(r.abs()));
+    }
+    let mut link_layer = Vec::new();
+    for port in 1..=attr.phys_port_cnt {
+        // SAFETY: all-zero is a valid ibv_port_attr.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: an open context, a port it has, a writable attribute block.
+        let ll = if unsafe { ibv_query_port(ctx, port, &mut pa) } == 0 { pa.link_layer } else { IBV_LINK_LAYER_UNSPECIFIED };
+        link_layer.push(ll);
+    }
+    // SAFETY: an open context.
+    let pd = unsafe { ibv_alloc_pd(ctx) };
+    if pd.is_null() {
+        return Err(Errno::last());
+    }
+    Ok(Dev {
+        ctx: ctx as usize,
+        pd: pd as usize,
+        guid,
+        index,
+        transport,
+        max_responder_resources: attr.max_qp_rd_atom.clamp(0, 255) as u8,
+        max_initiator_depth: attr.max_qp_init_rd_atom.clamp(0, 255) as u8,
+        link_layer,
+    })
+}
+
+/// The device the kernel names by (node GUID, device index).
+pub fn find(guid: u64, index: u32) -> Result<&'static Dev> {
+    let mut devs = lock(&DEVS);
+    if let Some(d) = devs.iter().find(|d| matches(guid, index, d.guid, d.index)) {
+        return Ok(d);
+    }
+    // A device we have not set up yet (or one plugged in since): re-read the list.
+    for ctx in crate::devices::contexts()? {
+        if devs.iter().any(|d| d.ctx == ctx as usize) {
+            continue;
+        }
+        // SAFETY: ctx is an open device context from the device list.
+        let (g, i) = unsafe { (ibv_get_device_guid((*ctx).device.cast()), ibv_get_device_index((*ctx).device)) };
+        if matches(guid, index, g, i) {
+            let d: &'static Dev = Box::leak(Box::new(make(ctx)?));
+            devs.push(d);
+            return Ok(d);
+        }
+    }
+    Err(Errno::ENODEV)
+}
+
+/// Whether libibverbs sees any device at all (upstream fails with ENODEV otherwise).
+pub fn any() -> bool {
+    let mut n = 0;
+    // SAFETY: plain call; the list is freed right away.
+    let list = unsafe { crate::verbs::ibv_get_device_list(&mut n) };
+    if !list.is_null() {
+        // SAFETY: a list from ibv_get_device_list.
+        unsafe { crate::verbs::ibv_free_device_list(list) };
+    }
+    !list.is_null() && n > 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn guid_and_index_matching() {
+        assert!(super::matches(7, 1, 7, 1));
+        assert!(!super::matches(7, 1, 7, 2));
+        assert!(super::matches(7, u32::MAX, 7, 2));
+        assert!(super::matches(7, 3, 7, -1));
+        assert!(!super::matches(8, 1, 7, 1));
+    }
+}

@@ -1,0 +1,363 @@
+//! The kernel backend: the CM of Linux (`/dev/infiniband/rdma_cm`, the ucma
+//! write() ABI of kernel-abi.md), for RoCE, InfiniBand and iWARP devices.
+//!
+//! Design: one rdma_cm file per process, opened on the first device call;
+//! every kernel id lives on it, created lazily with a numeric `uid` cookie
+//! that `kid` maps back to the id (or multicast membership). One reader
+//! thread (`events`) takes the file's events in kernel order, does the
+//! library-side work upstream does in rdma_get_cm_event, and queues each
+//! event on the owning id's channel through the core, which keeps channels,
+//! delivery, acks and destroy accounting for every backend. Since every id is
+//! on the same file, rdma_migrate_id needs no kernel command: the core moves
+//! ids between our channels. DESTROY_ID stops the kernel's events for an id;
+//! the core drops the unread ones and waits for acks.
+//!
+//! Files: `abi` (uapi mirrors + layout proof), `ucma` (the file and its
+//! commands), `kid` (per-id state, uid map, queries, QP transitions), `dev`
+//! (devices by node GUID), `convert` (kernel → verbs structs), `events`.
+
+pub mod abi;
+pub mod convert;
+pub mod dev;
+pub mod events;
+pub mod kid;
+pub mod ucma;
+
+use crate::backend::{Backend, ConnParam};
+use crate::cm::options::Opt;
+use crate::cm::registry::lock;
+use crate::cm::IdCore;
+use crate::sys::{Errno, Result};
+use abi::*;
+use kid::{KSt, KId};
+use rdma_abi::cma::*;
+use rdma_abi::verbs::*;
+use std::sync::{Arc, Mutex};
+use ucma::Ucma;
+
+static UCMA: Mutex<Option<&'static Ucma>> = Mutex::new(None);
+
+/// The process's rdma_cm file (opened, with its reader thread, on first use).
+/// Without any verbs device the kernel CM is of no use: ENODEV, as upstream.
+pub fn ucma() -> Result<&'static Ucma> {
+    let mut g = lock(&UCMA);
+    if let Some(u) = *g {
+        return Ok(u);
+    }
+    if !dev::any() {
+        return Err(Errno::ENODEV);
+    }
+    let u: &'static Ucma = Box::leak(Box::new(Ucma::open()?));
+    events::start(u)?;
+    *g = Some(u);
+    Ok(u)
+}
+
+pub struct Kernel;
+static KERNEL: Kernel = Kernel;
+
+pub fn backend() -> Result<&'static dyn Backend> {
+    ucma()?;
+    Ok(&KERNEL)
+}
+
+/// RTR and RTS for a connected id's QP (after re-applying INIT, as the kernel
+/// may have new values), with the depths this side agreed to.
+pub(crate) fn to_rts(u: &Ucma, k: &KId, h: u32, st: &mut KSt) -> Result<()> {
+    let resp = st.responder_resources;
+    let init = st.initiator_depth;
+    let port = k.core.with_public(|p| p.port_num)?;
+    let ib_link = st.dev.map(|d| d.link_layer(port) == IBV_LINK_LAYER_INFINIBAND).unwrap_or(false);
+    k.modify_qp(u, h, IBV_QPS_INIT, |_, _| {})?;
+    k.modify_qp(u, h, IBV_QPS_RTR, |a, m| {
+        if ib_link {
+            // Bits 21-23 (RoCE-only attributes) confuse IB providers on old kernels.
+            *m &= !0xE0_0000;
+        }
+        if resp != RDMA_MAX_RESP_RES {
+            a.max_dest_rd_atomic = resp;
+        }
+    })?;
+    k.modify_qp(u, h, IBV_QPS_RTS, |a, _| {
+        if init != RDMA_MAX_INIT_DEPTH {
+            a.max_rd_atomic = init;
+        }
+    })
+}
+
+/// The kernel's conn_param for CONNECT/ACCEPT: the QP's number (or the
+/// application's), this side's depths, the caller's retry counts (7/7 without
+/// a conn_param) and private data.
+fn kernel_conn(qp_num: u32, srq: bool, st: &KSt, p: Option<&ConnParam>) -> Result<rdma_ucm_conn_param> {
+    let mut c = rdma_ucm_conn_param {
+        qp_num,
+        srq: srq as u8,
+        responder_resources: st.responder_resources,
+        initiator_depth: st.initiator_depth,
+        valid: 1,
+        ..Default::default()
+    };
+    match p {
+        Some(p) => {
+            c.flow_control = p.flow_control;
+            c.retry_count = p.retry_count;
+            c.rnr_retry_count = p.rnr_retry_count;
+            if p.private_data.len() > 256 {
+                return Err(Errno::EINVAL);
+            }
+            c.private_data[..p.private_data.len()].copy_from_slice(&p.private_data);
+            c.private_data_len = p.private_data.len() as u8;
+        }
+        None => {
+            c.retry_count = 7;
+            c.rnr_retry_count = 7;
+        }
+    }
+    Ok(c)
+}
+
+/// The QP number and SRQ flag of the id's QP, or None without a QP.
+fn qp_ids(core: &IdCore) -> Result<Option<(u32, bool)>> {
+    core.with_public(|p| {
+        if p.qp.is_null() {
+            None
+        } else {
+            // SAFETY: the id's live QP (read under the id's lock).
+            Some(unsafe { ((*p.qp).qp_num, !(*p.qp).srq.is_null()) })
+        }
+    })
+}
+
+/// Explicit depths must not exceed the device's (upstream checks PS_TCP only).
+fn check_depths(ps: u32, st: &KSt, p: &ConnParam) -> Result<()> {
+    let Some(d) = st.dev else { return Ok(()) };
+    if ps != RDMA_PS_TCP {
+        return Ok(());
+    }
+    if (p.responder_resources != RDMA_MAX_RESP_RES && p.responder_resources > d.max_responder_resources)
+        || (p.initiator_depth != RDMA_MAX_INIT_DEPTH && p.initiator_depth > d.max_initiator_depth)
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+impl Backend for Kernel {
+    fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        k.with_handle(|h, st| {
+            u.bind(h, addr)?;
+            k.query_addr(u, h, st)
+        })
+    }
+
+    fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        k.with_handle(|h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
+        id.with_public(|p| {
+            // SAFETY: the storage member of the address union (plain bytes); dst ≤ 128 bytes.
+            let d = unsafe { std::slice::from_raw_parts_mut(std::ptr::addr_of_mut!(p.route.addr.dst.storage) as *mut u8, 128) };
+            let n = dst.len().min(128);
+            d[..n].copy_from_slice(&dst[..n]);
+        })?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn resolve_route(&self, id: &Arc<IdCore>, timeout_ms: i32) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        k.with_handle(|h, _| u.resolve_route(h, timeout_ms as u32))?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn listen(&self, id: &Arc<IdCore>, backlog: i32) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        k.with_handle(|h, st| {
+            u.listen(h, backlog)?;
+            k.query_addr(u, h, st)
+        })
+    }
+
+    fn connect(&self, id: &Arc<IdCore>, p: ConnParam) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        let ps = id.with_public(|p| p.ps)?;
+        let ece = kid::req_ece(id);
+        k.with_handle(|h, st| {
+            let d = st.dev.ok_or(Errno::EINVAL)?;
+            check_depths(ps, st, &p)?;
+            st.initiator_depth = if p.initiator_depth != RDMA_MAX_INIT_DEPTH { p.initiator_depth } else { d.max_initiator_depth };
+            st.responder_resources =
+                if p.responder_resources != RDMA_MAX_RESP_RES { p.responder_resources } else { d.max_responder_resources };
+            st.connect_error = false;
+            let (qpn, srq) = qp_ids(id)?.unwrap_or((p.qp_num, p.srq != 0));
+            let c = kernel_conn(qpn, srq, st, Some(&p))?;
+            u.connect(h, &c, ece)
+        })?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn accept(&self, id: &Arc<IdCore>, p: Option<ConnParam>) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get(id)?;
+        let ps = id.with_public(|p| p.ps)?;
+        let ud = kid::is_ud(id);
+        let qp = qp_ids(id)?;
+        if qp.is_none() && p.is_none() {
+            return Err(Errno::EINVAL);
+        }
+        let ece = kid::rep_ece(id);
+        k.with_handle(|h, st| {
+            if let Some(p) = &p {
+                check_depths(ps, st, p)?;
+                if p.initiator_depth != RDMA_MAX_INIT_DEPTH {
+                    st.initiator_depth = p.initiator_depth;
+                }
+                if p.responder_resources != RDMA_MAX_RESP_RES {
+                    st.responder_resources = p.responder_resources;
+                }
+            }
+            if qp.is_some() && !ud {
+                to_rts(u, &k, h, st)?;
+            }
+            let (qpn, srq) = qp.unwrap_or_else(|| p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq != 0)));
+            let c = kernel_conn(qpn, srq, st, p.as_ref())?;
+            u.accept(h, k.key, &c, ece).inspect_err(|_| {
+                let _ = k.qp_to(IBV_QPS_ERR);
+            })
+        })?;
+        if ud {
+            // A datagram "connection" is done once the reply is sent.
+            if id.is_sync() {
+                id.ack_stored_event()?;
+            }
+            return Ok(());
+        }
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn reject(&self, id: &Arc<IdCore>, data: &[u8], vendor_reason: bool) -> Result<()> {
+        let u = ucma()?;
+        let reason = if vendor_reason { REJ_VENDOR_OPTION_NOT_SUPPORTED } else { 0 };
+        kid::get(id)?.with_handle(|h, _| u.reject(h, reason, data))
+    }
+
+    fn establish(&self, id: &Arc<IdCore>) -> Result<()> {
+        let u = ucma()?;
+        kid::get(id)?.with_handle(|h, _| u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default()))
+    }
+
+    fn notify(&self, id: &Arc<IdCore>, event: u32) -> Result<()> {
+        let u = ucma()?;
+        kid::get(id)?.with_handle(|h, _| u.notify(h, event))
+    }
+
+    fn disconnect(&self, id: &Arc<IdCore>) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get(id)?;
+        k.with_handle(|h, st| {
+            // Outstanding work flushes (IB/RoCE) or drains (iWARP) first.
+            let d = st.dev.ok_or(Errno::EINVAL)?;
+            k.qp_to(if d.is_iwarp() { IBV_QPS_SQD } else { IBV_QPS_ERR })?;
+            u.disconnect(h)
+        })?;
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get(id)?;
+        if kid::is_ud(id) {
+            // UD QPs go straight to RTS: the kernel's answer is for INIT only.
+            match attr.qp_state {
+                IBV_QPS_RTR => {
+                    *mask = IBV_QP_STATE as i32;
+                    return Ok(());
+                }
+                IBV_QPS_RTS => {
+                    attr.sq_psn = 0;
+                    *mask = (IBV_QP_STATE | IBV_QP_SQ_PSN) as i32;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        let ka = k.with_handle(|h, _| u.init_qp_attr(h, attr.qp_state))?;
+        *mask = convert::qp_attr(&ka, attr);
+        Ok(())
+    }
+
+    fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        let mc = kid::add_mc(&k, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
+        match k.with_handle(|h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
+            Ok(handle) => mc.handle.store(handle, std::sync::atomic::Ordering::Relaxed),
+            Err(e) => {
+                kid::take_mc(&k, addr);
+                return Err(e);
+            }
+        }
+        if id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn leave_multicast(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get(id).map_err(|_| Errno(libc::EADDRNOTAVAIL))?;
+        let mc = kid::take_mc(&k, addr).ok_or(Errno(libc::EADDRNOTAVAIL))?;
+        k.detach(&mc);
+        let handle = mc.handle.load(std::sync::atomic::Ordering::Relaxed);
+        if handle != u32::MAX {
+            u.leave_mcast(handle)?;
+        }
+        Ok(())
+    }
+
+    fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
+        let u = ucma()?;
+        let k = kid::get_or_create(u, id)?;
+        let (level, name, val): (i32, i32, Vec<u8>) = match opt {
+            Opt::Tos(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, vec![*v]),
+            Opt::ReuseAddr(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, (*v as i32).to_ne_bytes().to_vec()),
+            Opt::AfOnly(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, (*v as i32).to_ne_bytes().to_vec()),
+            Opt::AckTimeout(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, vec![*v]),
+            Opt::IbPath(v) => (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, v.clone()),
+        };
+        k.with_handle(|h, _| u.set_option(h, level as u32, name as u32, &val))?;
+        // The kernel itself reports ROUTE_RESOLVED for a path given this way.
+        if matches!(opt, Opt::IbPath(_)) && id.is_sync() {
+            id.complete()?;
+        }
+        Ok(())
+    }
+
+    fn destroy(&self, id: &Arc<IdCore>) {
+        let ext = id.state().ext.take();
+        if let (Some(e), Ok(u)) = (ext, ucma()) {
+            if let Ok(k) = e.downcast::<KId>() {
+                k.teardown(u);
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The process's one `/dev/infiniband/rdma_cm` file and its write() command
+//! protocol (kernel-abi.md §2): every command is a single write of an 8-byte
+//! header plus the command struct; responses land in a buffer whose address
+//! travels inside the command. Every kernel id of this process lives on this
+//! file, so their events come out of one FIFO, read by one thread (`events`).
+
+use super::abi::*;
+use crate::sys::{Errno, Result};
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+pub const DEVICE: &str = "/dev/infiniband/rdma_cm";
+
+pub struct Ucma {
+    fd: OwnedFd,
+}
+
+/// A command as written: header, then the command struct.
+#[repr(C)]
+struct Cmd<T> {
+    hdr: rdma_ucm_cmd_hdr,
+    body: T,
+}
+
+/// The address of a response buffer, as the kernel wants it.
+fn addr_of<T>(r: &mut T) -> u64 {
+    r as *mut T as u64
+}
+
+/// Reads the ABI version the kernel advertises (sysfs; 4 when not found).
+fn abi_version() -> u32 {
+    for p in ["/sys/class/misc/rdma_cm/abi_version", "/sys/class/infiniband_ucma/abi_version"] {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            if let Ok(v) = s.trim().parse() {
+                return v;
+            }
+        }
+    }
+    RDMA_USER_CM_ABI_VERSION
+}
+
+impl Ucma {
+    pub fn open() -> Result<Ucma> {
+        // ABI 3 kernels (before 2.6.24) lack the commands used here.
+        if abi_version() != RDMA_USER_CM_ABI_VERSION {
+            return Err(Errno(libc::EPERM));
+        }
+        let path = std::ffi::CString::new(DEVICE).map_err(|_| Errno::EINVAL)?;
+        // SAFETY: a NUL-terminated path; the result is checked.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(Errno::last());
+        }
+        // SAFETY: fd was just returned by open and is owned by nobody else.
+        Ok(Ucma { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Writes one command; `out` is the size of the response buffer named in `body`.
+    fn write<T: Copy>(&self, cmd: u32, body: &T, out: usize) -> Result<()> {
+        let c = Cmd { hdr: rdma_ucm_cmd_hdr { cmd, in_: size_of::<T>() as u16, out: out as u16 }, body: *body };
+        let len = size_of::<Cmd<T>>();
+        loop {
+            // SAFETY: the ucma write() boundary: `c` is a live, fully initialised
+            // header + command of `len` bytes; any response pointer inside refers
+            // to a live buffer of at least `out` bytes owned by the caller.
+            let n = unsafe { libc::write(self.fd.as_raw_fd(), (&c as *const Cmd<T>).cast(), len) };
+            if n < 0 {
+                let e = Errno::last();
+                if e.0 == libc::EINTR {
+                    continue;
+                }
+                return Err(e);
+            }
+            return if n as usize == len { Ok(()) } else { Err(Errno::ENODATA) };
+        }
+    }
+
+    pub fn create_id(&self, uid: u64, ps: u32, qp_type: u32) -> Result<u32> {
+        let mut resp = rdma_ucm_create_id_resp::default();
+        let c = rdma_ucm_create_id { uid, response: addr_of(&mut resp), ps: ps as u16, qp_type: qp_type as u8, reserved: [0; 5] };
+        self.write(CMD_CREATE_ID, &c, size_of_val(&resp))?;
+        Ok(resp.id)
+    }
+
+    /// Destroys a kernel id (its unread events go with it); returns how many
+    /// events the kernel reported for it.
+    pub fn destroy_id(&self, id: u32) -> Result<u32> {
+        let mut resp = rdma_ucm_destroy_id_resp::default();
+        let c = rdma_ucm_destroy_id { response: addr_of(&mut resp), id, reserved: 0 };
+        self.write(CMD_DESTROY_ID, &c, size_of_val(&resp))?;
+        Ok(resp.events_reported)
+    }
+
+    pub fn bind(&self, id: u32, addr: &[u8]) -> Result<()> {
+        let c = rdma_ucm_bind { id, addr_size: addr.len() as u16, reserved: 0, addr: kernel_sockaddr_storage::from_bytes(addr) };
+        self.write(CMD_BIND, &c, 0)
+    }
+
+    pub fn resolve_addr(&self, id: u32, src: Option<&[u8]>, dst: &[u8], timeout_ms: u32) -> Result<()> {
+        let c = rdma_ucm_resolve_addr {
+            id,
+            timeout_ms,
+            src_size: src.map_or(0, |s| s.len() as u16),
+            dst_size: dst.len() as u16,
+            reserved: 0,
+            src_addr: src.map(kernel_sockaddr_storage::from_bytes).unwrap_or_default(),
+            dst_addr: kernel_sockaddr_storage::from_bytes(dst),
+        };
+        self.write(CMD_RESOLVE_ADDR, &c, 0)
+    }
+
+    pub fn resolve_route(&self, id: u32, timeout_ms: u32) -> Result<()> {
+        self.write(CMD_RESOLVE_ROUTE, &rdma_ucm_resolve_route { id, timeout_ms }, 0)
+    }
+
+    /// QUERY with option ADDR or GID (both answer with `rdma_ucm_query_addr_resp`).
+    pub fn query_addr(&self, id: u32, option: u32) -> Result<rdma_ucm_query_addr_resp> {
+        // Old kernels leave ibdev_index alone: "unknown" unless they fill it.
+        let mut resp = rdma_ucm_query_addr_resp { ibdev_index: u32::MAX, ..Default::default() };
+        let c = rdma_ucm_query { response: addr_of(&mut resp), id, option };
+        self.write(CMD_QUERY, &c, size_of_val(&resp))?;
+        Ok(resp)
+    }
+
+    /// QUERY(PATH): the id's path records (room for 6, as upstream asks).
+    pub fn query_path(&self, id: u32) -> Result<Vec<ib_path_rec_data>> {
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Resp {
+            head: rdma_ucm_query_path_resp,
+            paths: [ib_path_rec_data; 6],
+        }
+        let mut resp = Resp::default();
+        let c = rdma_ucm_query { response: addr_of(&mut resp), id, option: QUERY_PATH };
+        self.write(CMD_QUERY, &c, size_of::<Resp>())?;
+        let n = (resp.head.num_paths as usize).min(6);
+        Ok(resp.paths[..n].to_vec())
+    }
+
+    pub fn connect(&self, id: u32, conn: &rdma_ucm_conn_param, ece: rdma_ucm_ece) -> Result<()> {
+        let c = rdma_ucm_connect { conn_param: *conn, id, reserved: 0, ece };
+        self.write(CMD_CONNECT, &c, 0)
+    }
+
+    pub fn listen(&self, id: u32, backlog: i32) -> Result<()> {
+        // The kernel turns 0/negative (and too large) into its maximum.
+        self.write(CMD_LISTEN, &rdma_ucm_listen { id, backlog: backlog as u32 }, 0)
+    }
+
+    /// ACCEPT: `conn` with `valid` set accepts a request (and sets the id's
+    /// uid, so its events start flowing); `valid` 0 sends the RTU of an
+    /// active connection whose reply was processed here.
+    pub fn accept(&self, id: u32, uid: u64, conn: &rdma_ucm_conn_param, ece: rdma_ucm_ece) -> Result<()> {
+        let c = rdma_ucm_accept { uid, conn_param: *conn, id, reserved: 0, ece };
+        self.write(CMD_ACCEPT, &c, 0)
+    }
+
+    pub fn reject(&self, id: u32, reason: u8, data: &[u8]) -> Result<()> {
+        if data.len() > 256 {
+            return Err(Errno::EINVAL);
+        }
+        let mut c = rdma_ucm_reject { id, private_data_len: data.len() as u8, reason, ..Default::default() };
+        c.private_data[..data.len()].copy_from_slice(data);
+        self.write(CMD_REJECT, &c, 0)
+    }
+
+    pub fn disconnect(&self, id: u32) -> Result<()> {
+        self.write(CMD_DISCONNECT, &rdma_ucm_disconnect { id }, 0)
+    }
+
+    pub fn init_qp_attr(&self, id: u32, qp_state: u32) -> Result<ib_uverbs_qp_attr> {
+        let mut resp = ib_uverbs_qp_attr::default();
+        let c = rdma_ucm_init_qp_attr { response: addr_of(&mut resp), id, qp_state };
+        self.write(CMD_INIT_QP_ATTR, &c, size_of_val(&resp))?;
+        Ok(resp)
+    }
+
+    /// Blocks until the file's next event (the reader thread's call).
+    pub fn get_event(&self) -> Result<rdma_ucm_event_resp> {
+        let mut resp = rdma_ucm_event_resp::default();
+        let c = rdma_ucm_get_event { response: addr_of(&mut resp) };
+        self.write(CMD_GET_EVENT, &c, size_of_val(&resp))?;
+        Ok(resp)
+    }
+
+    pub fn set_option(&self, id: u32, level: u32, optname: u32, val: &[u8]) -> Result<()> {
+        let c = rdma_ucm_set_option { optval: val.as_ptr() as u64, id, level, optname, optlen: val.len() as u32 };
+        self.write(CMD_SET_OPTION, &c, 0)
+    }
+
+    pub fn notify(&self, id: u32, event: u32) -> Result<()> {
+        self.write(CMD_NOTIFY, &rdma_ucm_notify { id, event }, 0)
+    }
+
+    /// JOIN_MCAST: returns the kernel's handle for the membership.
+    pub fn join_mcast(&self, id: u32, uid: u64, addr: &[u8], join_flags: u32) -> Result<u32> {
+        let mut resp = rdma_ucm_create_id_resp::default();
+        let c = rdma_ucm_join_mcast {
+            response: addr_of(&mut resp),
+            uid,
+            id,
+            addr_size: addr.len() as u16,
+            join_flags: join_flags as u16,
+            addr: kernel_sockaddr_storage::from_bytes(addr),
+        };
+        self.write(CMD_JOIN_MCAST, &c, size_of_val(&resp))?;
+        Ok(resp.id)
+    }
+
+    pub fn leave_mcast(&self, mc: u32) -> Result<u32> {
+        let mut resp = rdma_ucm_destroy_id_resp::default();
+        let c = rdma_ucm_destroy_id { response: addr_of(&mut resp), id: mc, reserved: 0 };
+        self.write(CMD_LEAVE_MCAST, &c, size_of_val(&resp))?;
+        Ok(resp.events_reported)
+    }
+}

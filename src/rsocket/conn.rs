@@ -1,0 +1,665 @@
+//! The data path of a connected stream rsocket (rsocket.md §4): its QP, CQ
+//! and three registered buffers, the send ring, the receive buffer halves,
+//! credits and the messages carried as immediate data.
+//!
+//! Buffers: `sbuf` (send ring + a 64-byte control area), `rbuf` (two halves
+//! the peer writes into; iWARP adds 4-byte message slots after it), `tbuf`
+//! (the peer writes buffer adverts, `rs_sge`, into its first two 16-byte
+//! slots and iomap entries after them).
+
+use super::cm::{self, Id};
+use super::config::*;
+use super::iov::Gather;
+use super::verbs::*;
+use super::wire::*;
+use crate::sys::{Errno, Result};
+use rdma_abi::verbs::*;
+use std::collections::VecDeque;
+
+const WR_RECV: u64 = 1 << 63;
+const POOL_SHIFT: u64 = 60;
+pub const POOL_DATA: u64 = 0;
+pub const POOL_CTRL: u64 = 1;
+const BYTES_SHIFT: u64 = 32;
+const BYTES_MASK: u64 = 0x0FFF_FFFF;
+
+/// Largest message a send makes; sends start at 2 KiB and double up to it.
+pub const RS_MAX_TRANSFER: usize = 65536;
+pub const RS_OLAP_START_SIZE: usize = 2048;
+/// Inline payloads are staged on the stack; larger inline limits are capped.
+const MAX_INLINE: u32 = 512;
+const CTRL_AREA: usize = RS_QP_CTRL_SIZE as usize * SGE_LEN;
+
+fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
+    (pool << POOL_SHIFT) | (((bytes as u64) & BYTES_MASK) << BYTES_SHIFT) | m as u64
+}
+
+/// Sizes a connection is made with (from the socket's options).
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub sq_size: u32,
+    pub rq_size: u32,
+    pub sq_inline: u32,
+    pub sbuf_size: usize,
+    pub rbuf_size: usize,
+    pub iomap_size: u32,
+}
+
+/// What one pass over the CQ found.
+#[derive(Default, Debug)]
+pub struct Found {
+    pub any: bool,
+    pub disconnect: bool,
+    pub shutdown: bool,
+    pub send_error: bool,
+}
+
+/// A mapping made by riomap.
+pub struct IoMapping {
+    pub mr: Mr,
+    pub addr: u64,
+    pub len: usize,
+    pub offset: u64,
+    /// Slot in the peer's table; None for local-only (PROT_NONE) mappings.
+    pub index: Option<usize>,
+}
+
+pub struct Conn {
+    pub cq: Cq,
+    pub qp: *mut ibv_qp,
+    pub sbuf: RegBuf,
+    pub rbuf: RegBuf,
+    pub tbuf: RegBuf,
+    pub sq_size: u32,
+    pub rq_size: u32,
+    pub sq_inline: u32,
+    pub sbuf_size: usize,
+    pub rbuf_size: usize,
+    /// iWARP: 32-bit messages travel as SENDs (no immediate data).
+    pub msg_send: bool,
+    /// The peer's byte order differs: adverts written to it are swapped.
+    pub swap: bool,
+    /// Entries of our own peer-visible iomap table (in tbuf).
+    pub target_iomap_len: usize,
+
+    // send side
+    pub sseq_no: u16,
+    pub sseq_comp: u16,
+    pub data_avail: u32,
+    pub ctrl_avail: u32,
+    pub ctrl_slot: usize,
+    pub sbuf_avail: usize,
+    pub spos: usize,
+    pub target_sge: usize,
+    pub remote_sgl: Sge,
+    pub remote_iomap: Sge,
+    pub remote_sge: usize,
+
+    // receive side
+    pub rseq_no: u16,
+    pub rseq_comp: u16,
+    pub roff: usize,
+    pub rbuf_avail: usize,
+    pub rfree: usize,
+    /// Remaining bytes of each received data message, oldest first.
+    pub rmsg: VecDeque<u32>,
+    recv_posted: u64,
+
+    pub iomaps: Vec<IoMapping>,
+    pub iomap_pending: VecDeque<usize>,
+}
+
+// SAFETY: raw verbs handles and buffers owned by one rsocket; every use is
+// serialized by that rsocket's lock.
+unsafe impl Send for Conn {}
+
+impl Conn {
+    /// Creates the QP, CQ and buffers on a resolved (or requested) id and
+    /// posts the receives. The id keeps the QP; `destroy` releases the rest.
+    pub fn create(id: &Id, z: Sizes) -> Result<Conn> {
+        let verbs = id.verbs();
+        if verbs.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let max = match max_qp_wr(verbs) {
+            0 => RS_QP_MAX_SIZE,
+            m => m.min(RS_QP_MAX_SIZE),
+        };
+        let clamp = |v: u32| v.max(RS_QP_MIN_SIZE).min(max.max(1));
+        let (sq, rq) = (clamp(z.sq_size), clamp(z.rq_size));
+        let msg_send = is_iwarp(verbs) || std::env::var_os("RDMACM_RS_RSOCKET_MSG_SEND").is_some_and(|v| v == "1");
+        let mut inline = z.sq_inline.min(RS_QP_MAX_SIZE);
+        if msg_send && inline < 4 {
+            inline = 4;
+        }
+        let cq = Cq::new(verbs, sq + rq, id.raw().cast())?;
+        // SAFETY: all-zero is a valid init attribute block.
+        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = cq.cq;
+        attr.recv_cq = cq.cq;
+        attr.cap = ibv_qp_cap { max_send_wr: sq, max_recv_wr: rq, max_send_sge: 2, max_recv_sge: 1, max_inline_data: inline };
+        attr.qp_type = IBV_QPT_RC;
+        attr.sq_sig_all = 1;
+        // SAFETY: our id; the library PD (NULL asks for the id's); attr lives across the call.
+        if let Err(e) = cm::check(unsafe { cm::rdma_create_qp(id.raw(), std::ptr::null_mut(), &mut attr) }) {
+            cq.destroy();
+            return Err(e);
+        }
+        let undo = |cq: Cq, e: Errno| -> Result<Conn> {
+            // SAFETY: the QP we just made on our id.
+            unsafe { cm::rdma_destroy_qp(id.raw()) };
+            cq.destroy();
+            Err(e)
+        };
+        let sq_inline = attr.cap.max_inline_data.clamp(if msg_send { 4 } else { 0 }, MAX_INLINE);
+        let pd = id.pd();
+        let rbuf_size = z.rbuf_size & !1;
+        let local = IBV_ACCESS_LOCAL_WRITE;
+        let remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+        let sbuf = match RegBuf::new(pd, z.sbuf_size + CTRL_AREA, local) {
+            Ok(b) => b,
+            Err(e) => return undo(cq, e),
+        };
+        let rbuf = match RegBuf::new(pd, rbuf_size + if msg_send { rq as usize * 4 } else { 0 }, remote) {
+            Ok(b) => b,
+            Err(e) => return undo(cq, e),
+        };
+        let iomap_len = z.iomap_size as usize;
+        let tbuf = match RegBuf::new(pd, RS_SGL_SIZE * SGE_LEN + iomap_len * IOMAP_LEN, remote) {
+            Ok(b) => b,
+            Err(e) => return undo(cq, e),
+        };
+        let mut c = Conn {
+            cq,
+            qp: id.qp(),
+            sbuf,
+            rbuf,
+            tbuf,
+            sq_size: sq,
+            rq_size: rq,
+            sq_inline,
+            sbuf_size: z.sbuf_size,
+            rbuf_size,
+            msg_send,
+            swap: false,
+            target_iomap_len: iomap_len,
+            sseq_no: 0,
+            sseq_comp: 0,
+            data_avail: sq - RS_QP_CTRL_SIZE,
+            ctrl_avail: RS_QP_CTRL_SIZE,
+            ctrl_slot: 0,
+            sbuf_avail: z.sbuf_size,
+            spos: 0,
+            target_sge: 0,
+            remote_sgl: Sge::default(),
+            remote_iomap: Sge::default(),
+            remote_sge: 0,
+            rseq_no: 0,
+            rseq_comp: (rq / 2) as u16,
+            roff: 0,
+            rbuf_avail: rbuf_size / 2,
+            rfree: rbuf_size / 2,
+            rmsg: VecDeque::with_capacity(rq as usize + 1),
+            recv_posted: 0,
+            iomaps: Vec::new(),
+            iomap_pending: VecDeque::new(),
+        };
+        for _ in 0..rq {
+            if let Err(e) = c.post_recv() {
+                let Conn { cq, .. } = c;
+                return undo(cq, e);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Releases what `create` made (the QP first, through the id).
+    pub fn destroy(self, id: &Id) {
+        if !id.qp().is_null() {
+            // SAFETY: our id's QP, destroyed once.
+            unsafe { cm::rdma_destroy_qp(id.raw()) };
+        }
+        let Conn { cq, sbuf, rbuf, tbuf, iomaps, .. } = self;
+        drop(iomaps);
+        drop((sbuf, rbuf, tbuf));
+        cq.destroy();
+    }
+
+    /// Our half of the connection data.
+    pub fn conn_data(&self) -> ConnData {
+        ConnData {
+            version: CONN_VERSION,
+            flags: CONN_FLAG_IOMAP | if HOST_IS_NET { CONN_FLAG_NET } else { 0 },
+            credits: self.rq_size as u16,
+            target_iomap_size: scale_encode(self.target_iomap_len as u16),
+            target_sgl: Sge { addr: self.tbuf.addr(), key: self.tbuf.mr.rkey(), length: RS_SGL_SIZE as u32 },
+            data_buf: Sge { addr: self.rbuf.addr(), key: self.rbuf.mr.rkey(), length: (self.rbuf_size / 2) as u32 },
+        }
+    }
+
+    /// Records the peer's half: where its adverts go, its first buffer, its credits.
+    pub fn save_peer(&mut self, p: &ConnData) {
+        self.remote_sgl = p.target_sgl;
+        self.remote_sge = 1;
+        self.swap = p.needs_swap();
+        if p.flags & CONN_FLAG_IOMAP != 0 {
+            self.remote_iomap = Sge {
+                addr: p.target_sgl.addr + SGE_LEN as u64 * p.target_sgl.length as u64,
+                key: p.target_sgl.key,
+                length: scale_decode(p.target_iomap_size) as u32,
+            };
+        }
+        self.set_target(0, p.data_buf);
+        self.sseq_comp = p.credits;
+    }
+
+    fn slot_ptr(&self, i: usize) -> *mut [u8; SGE_LEN] {
+        // SAFETY: tbuf holds RS_SGL_SIZE slots of SGE_LEN bytes first.
+        unsafe { self.tbuf.ptr().add(i * SGE_LEN) as *mut [u8; SGE_LEN] }
+    }
+
+    /// The buffer advert in target slot `i` (written by the peer).
+    pub fn target(&self, i: usize) -> Sge {
+        // SAFETY: inside tbuf; volatile because the device writes it.
+        let a = unsafe { std::ptr::read_volatile(self.slot_ptr(i)) };
+        let b = unsafe { std::ptr::read_volatile(self.slot_ptr(i)) };
+        if a == b {
+            Sge::from_mem(&a)
+        } else {
+            Sge::default() // being written right now: not usable yet
+        }
+    }
+
+    fn set_target(&mut self, i: usize, s: Sge) {
+        // SAFETY: inside tbuf.
+        unsafe { std::ptr::write_volatile(self.slot_ptr(i), s.to_mem(false)) };
+    }
+
+    /// The entry `i` of our iomap table (written by the peer).
+    pub fn target_iomap(&self, i: usize) -> IoMapEntry {
+        // SAFETY: inside tbuf (i < target_iomap_len).
+        let p = unsafe { self.tbuf.ptr().add(RS_SGL_SIZE * SGE_LEN + i * IOMAP_LEN) as *const [u8; IOMAP_LEN] };
+        // SAFETY: as above; volatile because the device writes it.
+        IoMapEntry::from_mem(&unsafe { std::ptr::read_volatile(p) })
+    }
+
+    fn post_recv(&mut self) -> Result<()> {
+        let slot = (self.recv_posted % self.rq_size as u64) as usize;
+        let mut sge = ibv_sge {
+            // SAFETY: message slots follow the receive buffer (iWARP only).
+            addr: self.rbuf.addr() + (self.rbuf_size + slot * 4) as u64,
+            length: 4,
+            lkey: self.rbuf.mr.lkey(),
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: WR_RECV | slot as u64,
+            next: std::ptr::null_mut(),
+            sg_list: if self.msg_send { &mut sge } else { std::ptr::null_mut() },
+            num_sge: if self.msg_send { 1 } else { 0 },
+        };
+        post_recv(self.qp, &mut wr)?;
+        self.recv_posted += 1;
+        Ok(())
+    }
+
+    /// Send work requests one message takes.
+    fn wrs(&self) -> u32 {
+        if self.msg_send {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Posts an RDMA write carrying `m` (as immediate data, or as a
+    /// following SEND on iWARP) to `raddr/rkey`.
+    fn post_msg_write(&mut self, pool: u64, sges: &mut [ibv_sge], inline: bool, bytes: usize, m: u32, raddr: u64, rkey: u32) -> Result<()> {
+        let len: usize = sges.iter().map(|s| s.length as usize).sum();
+        // SAFETY: all-zero is a valid work request.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.sg_list = if sges.is_empty() { std::ptr::null_mut() } else { sges.as_mut_ptr() };
+        wr.num_sge = sges.len() as i32;
+        wr.send_flags = if inline && len > 0 { IBV_SEND_INLINE } else { 0 };
+        wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
+        if !self.msg_send {
+            wr.wr_id = wr_id(pool, bytes, m);
+            wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = m.to_be();
+            return post_send(self.qp, &mut wr);
+        }
+        if len > 0 {
+            wr.wr_id = wr_id(pool, bytes, msg(OP_WRITE, 0));
+            wr.opcode = IBV_WR_RDMA_WRITE;
+            post_send(self.qp, &mut wr)?;
+        }
+        let word = m.to_ne_bytes();
+        let mut s = ibv_sge { addr: word.as_ptr() as u64, length: 4, lkey: 0 };
+        // SAFETY: all-zero is a valid work request.
+        let mut send: ibv_send_wr = unsafe { std::mem::zeroed() };
+        send.wr_id = wr_id(pool, if len > 0 { 0 } else { bytes }, m);
+        send.sg_list = &mut s;
+        send.num_sge = 1;
+        send.opcode = IBV_WR_SEND;
+        send.send_flags = IBV_SEND_INLINE;
+        post_send(self.qp, &mut send)
+    }
+
+    /// Whether a data message can go now (rsocket.md §4 "Send").
+    pub fn can_send(&self) -> bool {
+        self.data_avail >= self.wrs()
+            && self.sbuf_avail >= RS_SNDLOWAT.min(self.sbuf_size)
+            && self.sseq_no != self.sseq_comp
+            && self.target(self.target_sge).length != 0
+    }
+
+    /// Whether riowrite (no credit, no advert needed) can post now.
+    pub fn can_write(&self) -> bool {
+        self.data_avail >= 1 && self.sbuf_avail >= RS_SNDLOWAT.min(self.sbuf_size)
+    }
+
+    pub fn ctrl_ok(&self, n: u32) -> bool {
+        self.ctrl_avail >= n
+    }
+
+    pub fn all_sends_done(&self) -> bool {
+        self.data_avail == self.sq_size - RS_QP_CTRL_SIZE && self.ctrl_avail == RS_QP_CTRL_SIZE
+    }
+
+    /// Stages up to `len` bytes of `src` for a write: inline from a stack copy,
+    /// or copied into the send ring (two SGEs when it wraps). Returns the SGEs,
+    /// whether they are inline, and the ring bytes used.
+    ///
+    /// # Safety
+    /// `stack` outlives the returned SGEs' use; `src` segments are readable.
+    unsafe fn stage(&mut self, src: &mut Gather, len: usize, stack: &mut [u8; MAX_INLINE as usize]) -> (Vec<ibv_sge>, bool, usize) {
+        if len <= self.sq_inline as usize {
+            // SAFETY: stack holds MAX_INLINE ≥ sq_inline bytes.
+            unsafe { src.copy_to(stack.as_mut_ptr(), len) };
+            return (vec![ibv_sge { addr: stack.as_ptr() as u64, length: len as u32, lkey: 0 }], true, 0);
+        }
+        let lkey = self.sbuf.mr.lkey();
+        let first = len.min(self.sbuf_size - self.spos);
+        // SAFETY: spos + first ≤ sbuf_size, inside sbuf.
+        unsafe { src.copy_to(self.sbuf.ptr().add(self.spos), first) };
+        let mut sges = vec![ibv_sge { addr: self.sbuf.addr() + self.spos as u64, length: first as u32, lkey }];
+        if len > first {
+            // SAFETY: the wrapped part starts at the ring's beginning; len - first ≤ free space.
+            unsafe { src.copy_to(self.sbuf.ptr(), len - first) };
+            sges.push(ibv_sge { addr: self.sbuf.addr(), length: (len - first) as u32, lkey });
+        }
+        self.spos = (self.spos + len) % self.sbuf_size;
+        self.sbuf_avail -= len;
+        (sges, false, len)
+    }
+
+    /// Sends one data message of at most `max` bytes from `src` (the caller
+    /// checked `can_send`). Returns the bytes sent.
+    pub fn send_data(&mut self, src: &mut Gather, max: usize) -> Result<usize> {
+        let t = self.target(self.target_sge);
+        let len = max.min(self.sbuf_avail).min(t.length as usize).min(src.left());
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut stack = [0u8; MAX_INLINE as usize];
+        // SAFETY: stack lives until the post below returns (inline data is copied at post).
+        let (mut sges, inline, bytes) = unsafe { self.stage(src, len, &mut stack) };
+        let m = msg(OP_DATA, len as u32);
+        let r = self.post_msg_write(POOL_DATA, &mut sges, inline, bytes, m, t.addr, t.key);
+        if let Err(e) = r {
+            self.sbuf_avail += bytes;
+            return Err(e);
+        }
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.data_avail -= self.wrs();
+        let rest = Sge { addr: t.addr + len as u64, key: t.key, length: t.length - len as u32 };
+        self.set_target(self.target_sge, rest);
+        if rest.length == 0 {
+            self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
+        }
+        Ok(len)
+    }
+
+    /// Plain RDMA write of at most `max` bytes from `src` to `raddr/rkey`
+    /// (riowrite; no message, no credit). `lkey` set: `src` is a local
+    /// iomap and goes without a copy.
+    pub fn write_plain(&mut self, src: &mut Gather, max: usize, raddr: u64, rkey: u32, lkey: Option<u32>) -> Result<usize> {
+        let mut len = max.min(src.left());
+        let zero_copy = match lkey {
+            Some(k) if len > self.sq_inline as usize => src.contiguous(len).map(|p| (p, k)),
+            _ => None,
+        };
+        if zero_copy.is_none() && len > self.sq_inline as usize {
+            len = len.min(self.sbuf_avail);
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut stack = [0u8; MAX_INLINE as usize];
+        let (mut sges, inline, bytes) = match zero_copy {
+            Some((p, k)) => {
+                src.skip(len);
+                (vec![ibv_sge { addr: p as u64, length: len as u32, lkey: k }], false, 0)
+            }
+            // SAFETY: stack lives until the post below returns.
+            None => unsafe { self.stage(src, len, &mut stack) },
+        };
+        // SAFETY: all-zero is a valid work request.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id(POOL_DATA, bytes, msg(OP_WRITE, 0));
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = sges.len() as i32;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = if inline { IBV_SEND_INLINE } else { 0 };
+        wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
+        if let Err(e) = post_send(self.qp, &mut wr) {
+            self.sbuf_avail += bytes;
+            return Err(e);
+        }
+        self.data_avail -= 1;
+        Ok(len)
+    }
+
+    /// Writes `data` (an advert: 16 or 24 bytes) to the peer with message `m`.
+    fn post_advert(&mut self, pool: u64, data: &[u8], m: u32, raddr: u64, rkey: u32) -> Result<()> {
+        if self.sq_inline as usize >= data.len() {
+            let mut s = [ibv_sge { addr: data.as_ptr() as u64, length: data.len() as u32, lkey: 0 }];
+            return self.post_msg_write(pool, &mut s, true, 0, m, raddr, rkey);
+        }
+        if pool == POOL_CTRL {
+            // The control area after the ring: one 16-byte slot per control credit.
+            let off = self.sbuf_size + self.ctrl_slot * SGE_LEN;
+            self.ctrl_slot = (self.ctrl_slot + 1) % RS_QP_CTRL_SIZE as usize;
+            // SAFETY: off + 16 ≤ sbuf_size + CTRL_AREA; data is an SGE (16 bytes).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.sbuf.ptr().add(off), data.len().min(SGE_LEN)) };
+            let mut s = [ibv_sge { addr: self.sbuf.addr() + off as u64, length: data.len().min(SGE_LEN) as u32, lkey: self.sbuf.mr.lkey() }];
+            return self.post_msg_write(pool, &mut s, false, 0, m, raddr, rkey);
+        }
+        let mut g = Gather::new(vec![super::iov::Seg { ptr: data.as_ptr() as *mut u8, len: data.len() }]);
+        let mut stack = [0u8; MAX_INLINE as usize];
+        // SAFETY: stack lives until the post returns; `data` is readable.
+        let (mut sges, inline, bytes) = unsafe { self.stage(&mut g, data.len(), &mut stack) };
+        let r = self.post_msg_write(pool, &mut sges, inline, bytes, m, raddr, rkey);
+        if r.is_err() {
+            self.sbuf_avail += bytes;
+        }
+        r
+    }
+
+    /// Sends a control message (0 bytes: DISCONNECT, SHUTDOWN) or, for
+    /// KEEPALIVE, a 0-byte RDMA write with no message.
+    pub fn send_ctrl(&mut self, ctrl: u32) -> Result<()> {
+        let m = msg(OP_CTRL, ctrl);
+        if ctrl == CTRL_KEEPALIVE {
+            // SAFETY: all-zero is a valid work request.
+            let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = wr_id(POOL_CTRL, 0, m);
+            wr.opcode = IBV_WR_RDMA_WRITE;
+            post_send(self.qp, &mut wr)?;
+            self.ctrl_avail -= 1;
+            return Ok(());
+        }
+        self.post_msg_write(POOL_CTRL, &mut [], false, 0, m, 0, 0)?;
+        self.ctrl_avail -= 1;
+        Ok(())
+    }
+
+    /// Returns receive space and credits to the peer when due (rsocket.md §4
+    /// "Credit/buffer return"). `open`: the connection may still carry messages.
+    pub fn update_credits(&mut self, open: bool) {
+        if !open {
+            return;
+        }
+        let half = self.rbuf_size / 2;
+        let due = self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0;
+        let advert = self.rbuf_avail >= half;
+        let need = if advert && self.msg_send { 2 } else { 1 };
+        if !due || !self.ctrl_ok(need) || self.remote_sgl.length == 0 {
+            return;
+        }
+        let credit = msg(OP_SGL, self.rseq_no as u32 + self.rq_size);
+        let r = if advert {
+            let s = Sge { addr: self.rbuf.addr() + self.rfree as u64, key: self.rbuf.mr.rkey(), length: half as u32 };
+            let bytes = s.to_mem(self.swap);
+            let raddr = self.remote_sgl.addr + (self.remote_sge * SGE_LEN) as u64;
+            let rkey = self.remote_sgl.key;
+            self.post_advert(POOL_CTRL, &bytes, credit, raddr, rkey)
+        } else {
+            self.post_msg_write(POOL_CTRL, &mut [], false, 0, credit, 0, 0)
+        };
+        if r.is_err() {
+            return;
+        }
+        self.ctrl_avail -= need;
+        self.rseq_comp = self.rseq_no.wrapping_add((self.rq_size / 2) as u16);
+        if advert {
+            self.rbuf_avail -= half;
+            self.rfree = (self.rfree + half) % self.rbuf_size;
+            self.remote_sge = (self.remote_sge + 1) % (self.remote_sgl.length.max(1) as usize);
+        }
+    }
+
+    /// Sends queued iomap entries (each takes a data credit, as upstream's do).
+    /// Stops when resources run out; returns whether all went.
+    pub fn send_iomaps(&mut self) -> Result<bool> {
+        while let Some(&i) = self.iomap_pending.front() {
+            if !self.can_send() {
+                return Ok(false);
+            }
+            let (entry, index) = {
+                let m = &self.iomaps[i];
+                let Some(index) = m.index else {
+                    self.iomap_pending.pop_front();
+                    continue;
+                };
+                (IoMapEntry { offset: m.offset, sge: Sge { addr: m.addr, key: m.mr.rkey(), length: m.len as u32 } }, index)
+            };
+            let bytes = entry.to_mem(self.swap);
+            let raddr = self.remote_iomap.addr + (index * IOMAP_LEN) as u64;
+            let rkey = self.remote_iomap.key;
+            self.post_advert(POOL_DATA, &bytes, msg(OP_IOMAP_SGL, index as u32), raddr, rkey)?;
+            self.sseq_no = self.sseq_no.wrapping_add(1);
+            self.data_avail -= self.wrs();
+            self.iomap_pending.pop_front();
+        }
+        Ok(true)
+    }
+
+    /// Polls the CQ dry: queues received data, applies credits and control
+    /// messages, returns send resources, reposts receives.
+    pub fn process_cq(&mut self) -> Result<Found> {
+        let mut f = Found::default();
+        // SAFETY: all-zero is a valid work completion.
+        let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        let mut reposts = 0;
+        loop {
+            let n = self.cq.poll(&mut wcs)?;
+            if n == 0 {
+                break;
+            }
+            f.any = true;
+            for wc in &wcs[..n] {
+                if wc.wr_id & WR_RECV != 0 {
+                    if wc.status != IBV_WC_SUCCESS {
+                        continue;
+                    }
+                    reposts += 1;
+                    let m = if wc.wc_flags & IBV_WC_WITH_IMM != 0 {
+                        u32::from_be(wc.imm_data)
+                    } else {
+                        let slot = (wc.wr_id & 0xFFFF_FFFF) as usize;
+                        // SAFETY: message slot `slot` after the receive buffer (iWARP).
+                        unsafe { std::ptr::read_volatile(self.rbuf.ptr().add(self.rbuf_size + slot * 4) as *const u32) }
+                    };
+                    match msg_op(m) {
+                        OP_SGL => self.sseq_comp = msg_data(m) as u16,
+                        OP_IOMAP_SGL | OP_WRITE => {}
+                        OP_CTRL => match msg_data(m) {
+                            CTRL_DISCONNECT => f.disconnect = true,
+                            CTRL_SHUTDOWN => f.shutdown = true,
+                            _ => {}
+                        },
+                        _ => self.rmsg.push_back(msg_data(m)),
+                    }
+                } else {
+                    match (wc.wr_id >> POOL_SHIFT) & 7 {
+                        POOL_CTRL => self.ctrl_avail += 1,
+                        _ => self.data_avail += 1,
+                    }
+                    self.sbuf_avail += ((wc.wr_id >> BYTES_SHIFT) & BYTES_MASK) as usize;
+                    if wc.status != IBV_WC_SUCCESS {
+                        f.send_error = true;
+                    }
+                }
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        for _ in 0..reposts {
+            if self.post_recv().is_err() {
+                f.send_error = true;
+                break;
+            }
+        }
+        Ok(f)
+    }
+
+    /// Bytes queued for the application.
+    pub fn have_data(&self) -> bool {
+        !self.rmsg.is_empty()
+    }
+
+    /// Copies received bytes into `dst` (up to its room); consumes them
+    /// unless `peek`. Returns the bytes copied.
+    pub fn copy_out(&mut self, dst: &mut super::iov::Scatter, peek: bool) -> usize {
+        let mut copied = 0;
+        let mut off = self.roff;
+        let mut idx = 0;
+        while dst.room > 0 && idx < self.rmsg.len() {
+            let mlen = self.rmsg[idx] as usize;
+            let n = mlen.min(dst.room);
+            // SAFETY: a message lies inside one half of rbuf: off + n ≤ rbuf_size.
+            unsafe { dst.copy_from(self.rbuf.ptr().add(off), n) };
+            copied += n;
+            off = (off + n) % self.rbuf_size;
+            if peek {
+                if n < mlen {
+                    break;
+                }
+                idx += 1;
+                continue;
+            }
+            self.rbuf_avail += n;
+            if n == mlen {
+                self.rmsg.pop_front();
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+            } else {
+                self.rmsg[0] -= n as u32;
+            }
+        }
+        if !peek {
+            self.roff = off;
+        }
+        copied
+    }
+}

@@ -1,0 +1,966 @@
+//! Stream rsockets (SOCK_STREAM over an RC QP): the socket's life cycle
+//! (bind, listen, connect through the CM with the connection data of
+//! rsocket.md §3), sending and receiving over `conn::Conn`, shutdown and
+//! close, and the blocking/non-blocking waits every call shares.
+//!
+//! Locking: one mutex per rsocket guards all its state and its verbs
+//! objects; nobody sleeps holding it. A thread that must wait polls the
+//! rsocket's CQ channel fd, its CM channel fd (the rsocket number) and its
+//! `wake` flag; whoever changes the state while others sleep raises `wake`.
+
+use super::cm::{self, Id};
+use super::config::*;
+use super::conn::{Conn, Sizes};
+use super::iov::{Gather, Scatter};
+use super::opts::Opts;
+use super::wire::*;
+use crate::cm::registry::lock;
+use crate::sys::{Errno, Flag, Result};
+use rdma_abi::cma::*;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Init,
+    Bound,
+    Listening,
+    ResolvingAddr,
+    AddrResolved,
+    ResolvingRoute,
+    RouteResolved,
+    Connecting,
+    Open,
+    ConnectError,
+    Disconnected,
+    Error,
+    Closed,
+}
+
+impl Phase {
+    pub fn opening(self) -> bool {
+        matches!(self, Phase::ResolvingAddr | Phase::AddrResolved | Phase::ResolvingRoute | Phase::RouteResolved | Phase::Connecting)
+    }
+    /// Has (or had) a data path.
+    pub fn connected(self) -> bool {
+        matches!(self, Phase::Open | Phase::Disconnected | Phase::Error)
+    }
+}
+
+/// The accept queue of a listening rsocket.
+pub struct Listen {
+    pub queue: VecDeque<Arc<Stream>>,
+    pub flag: Flag,
+}
+
+pub struct St {
+    pub id: Option<Id>,
+    pub phase: Phase,
+    pub readable: bool,
+    pub writable: bool,
+    /// SHUT_WR (or SHUT_RDWR) was called here: sends fail with EPIPE.
+    pub shut_wr: bool,
+    /// Pending error for SO_ERROR.
+    pub err: i32,
+    pub opts: Opts,
+    pub nonblock: bool,
+    pub cloexec: bool,
+    retries: u32,
+    dst: Vec<u8>,
+    pub conn: Option<Conn>,
+    pub listen: Option<Listen>,
+    pub waiters: u32,
+    /// Bumped on every state change (repoll's edge-triggered mode).
+    pub gen: u64,
+    pub last_send: Instant,
+}
+
+pub struct Stream {
+    pub fd: i32,
+    pub domain: i32,
+    st: Mutex<St>,
+    pub cond: Condvar,
+    pub wake: Flag,
+}
+
+fn eagain(e: Errno) -> bool {
+    e == Errno::EAGAIN || e.0 == libc::EWOULDBLOCK
+}
+
+impl St {
+    fn id(&self) -> Result<&Id> {
+        self.id.as_ref().ok_or(Errno::EBADF)
+    }
+
+    fn sizes(&self) -> Sizes {
+        Sizes {
+            sq_size: self.opts.sq_size,
+            rq_size: self.opts.rq_size,
+            sq_inline: self.opts.sq_inline,
+            sbuf_size: self.opts.sbuf_size,
+            rbuf_size: self.opts.rbuf_size,
+            iomap_size: self.opts.iomap_size,
+        }
+    }
+
+    pub fn can_send(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.can_send())
+    }
+
+    pub fn have_data(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.have_data())
+    }
+
+    fn fail_connect(&mut self, e: Errno) -> Errno {
+        self.phase = Phase::ConnectError;
+        self.err = e.0;
+        self.readable = false;
+        self.writable = false;
+        self.gen += 1;
+        e
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        1000 << self.retries.min(RS_CONN_RETRIES)
+    }
+
+    /// Advances a connection attempt as far as it goes without waiting.
+    /// Ok: open; Err(EINPROGRESS): waiting for a CM event; other: failed.
+    pub fn do_connect(&mut self) -> Result<()> {
+        loop {
+            let id = self.id()?.raw();
+            match self.phase {
+                Phase::Open => return Ok(()),
+                Phase::Init | Phase::Bound => {
+                    self.phase = Phase::ResolvingAddr;
+                    let mut dst = self.dst.clone();
+                    // SAFETY: our id; dst holds a socket address of its family's length.
+                    let r = unsafe { cm::rdma_resolve_addr(id, std::ptr::null_mut(), dst.as_mut_ptr().cast(), self.timeout_ms()) };
+                    match cm::check(r) {
+                        Ok(()) => self.phase = Phase::AddrResolved,
+                        Err(e) if eagain(e) => return Err(Errno(libc::EINPROGRESS)),
+                        Err(e) if e.0 == libc::ETIMEDOUT && self.retries < RS_CONN_RETRIES => {
+                            self.retries += 1;
+                            self.phase = Phase::Init;
+                        }
+                        Err(e) => return Err(self.fail_connect(e)),
+                    }
+                }
+                Phase::ResolvingAddr | Phase::ResolvingRoute | Phase::Connecting => {
+                    let Some((ev, status, data)) = self.id()?.next_event()? else {
+                        return Err(Errno(libc::EINPROGRESS));
+                    };
+                    match (self.phase, ev) {
+                        (Phase::ResolvingAddr, RDMA_CM_EVENT_ADDR_RESOLVED) if status == 0 => self.phase = Phase::AddrResolved,
+                        (Phase::ResolvingRoute, RDMA_CM_EVENT_ROUTE_RESOLVED) if status == 0 => self.phase = Phase::RouteResolved,
+                        (Phase::Connecting, RDMA_CM_EVENT_ESTABLISHED) => return self.established(&data),
+                        (Phase::ResolvingAddr | Phase::ResolvingRoute, _)
+                            if status == -libc::ETIMEDOUT && self.retries < RS_CONN_RETRIES =>
+                        {
+                            self.retries += 1;
+                            self.phase = if self.phase == Phase::ResolvingAddr { Phase::Init } else { Phase::AddrResolved };
+                        }
+                        (_, RDMA_CM_EVENT_TIMEWAIT_EXIT) => {}
+                        _ => return Err(self.fail_connect(cm::event_errno(ev, status))),
+                    }
+                }
+                Phase::AddrResolved => {
+                    self.phase = Phase::ResolvingRoute;
+                    let r = match self.opts.route {
+                        Some(mut path) => {
+                            // SAFETY: our id; the path data block lives across the call.
+                            unsafe {
+                                cm::rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path.as_mut_ptr().cast(), path.len())
+                            }
+                        }
+                        // SAFETY: our id.
+                        None => unsafe { cm::rdma_resolve_route(id, self.timeout_ms()) },
+                    };
+                    match cm::check(r) {
+                        Ok(()) => self.phase = Phase::RouteResolved,
+                        Err(e) if eagain(e) => return Err(Errno(libc::EINPROGRESS)),
+                        Err(e) if e.0 == libc::ETIMEDOUT && self.retries < RS_CONN_RETRIES => {
+                            self.retries += 1;
+                            self.phase = Phase::AddrResolved;
+                        }
+                        Err(e) => return Err(self.fail_connect(e)),
+                    }
+                }
+                Phase::RouteResolved => {
+                    let conn = match Conn::create(self.id()?, self.sizes()) {
+                        Ok(c) => c,
+                        Err(e) => return Err(self.fail_connect(e)),
+                    };
+                    let cd = conn.conn_data().encode();
+                    let iwarp = conn.msg_send;
+                    self.conn = Some(conn);
+                    self.phase = Phase::Connecting;
+                    let mut p = rdma_conn_param {
+                        private_data: cd.as_ptr().cast(),
+                        private_data_len: cd.len() as u8,
+                        responder_resources: 0,
+                        initiator_depth: if iwarp { 1 } else { 0 },
+                        flow_control: 1,
+                        retry_count: 7,
+                        rnr_retry_count: 7,
+                        srq: 0,
+                        qp_num: 0,
+                    };
+                    // SAFETY: our id; p and its private data live across the call.
+                    match cm::check(unsafe { cm::rdma_connect(id, &mut p) }) {
+                        Ok(()) => {
+                            let data = self.id()?.stored_event().map(|e| e.2).unwrap_or_default();
+                            return self.established(&data);
+                        }
+                        Err(e) if eagain(e) => return Err(Errno(libc::EINPROGRESS)),
+                        Err(e) => return Err(self.fail_connect(e)),
+                    }
+                }
+                Phase::ConnectError => return Err(Errno(if self.err != 0 { self.err } else { libc::ECONNREFUSED })),
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+    }
+
+    /// ESTABLISHED on the active side: the reply's connection data.
+    fn established(&mut self, data: &[u8]) -> Result<()> {
+        let Some(peer) = ConnData::decode(data).filter(|c| c.version == CONN_VERSION) else {
+            return Err(self.fail_connect(Errno::ENOTSUP));
+        };
+        let Some(c) = self.conn.as_mut() else { return Err(self.fail_connect(Errno::EIO)) };
+        c.save_peer(&peer);
+        self.phase = Phase::Open;
+        self.readable = true;
+        self.writable = true;
+        self.gen += 1;
+        if let Some(c) = self.conn.as_mut() {
+            c.update_credits(true);
+        }
+        Ok(())
+    }
+
+    /// Non-blocking progress: CM events of a connected rsocket, completions,
+    /// credits. Returns whether anything changed.
+    pub fn progress(&mut self) -> bool {
+        let mut changed = false;
+        if self.phase.opening() {
+            let before = self.phase;
+            let _ = self.do_connect();
+            changed |= self.phase != before;
+        }
+        if self.phase.connected() {
+            changed |= self.cm_events();
+        }
+        if let Some(c) = self.conn.as_mut() {
+            match c.process_cq() {
+                Ok(f) => {
+                    changed |= f.any;
+                    if f.disconnect {
+                        self.disconnected(false);
+                    }
+                    if f.shutdown {
+                        if self.writable {
+                            self.readable = false;
+                        } else {
+                            self.disconnected(false);
+                        }
+                    }
+                    if f.send_error && self.phase == Phase::Open {
+                        self.phase = Phase::Error;
+                        self.err = libc::EIO;
+                        self.readable = false;
+                        self.writable = false;
+                    }
+                }
+                Err(_) if self.phase == Phase::Open => {
+                    self.phase = Phase::Error;
+                    self.err = libc::EIO;
+                    changed = true;
+                }
+                Err(_) => {}
+            }
+            let open = self.phase == Phase::Open;
+            if let Some(c) = self.conn.as_mut() {
+                c.update_credits(open);
+            }
+        }
+        if changed {
+            self.gen += 1;
+        }
+        changed
+    }
+
+    /// The peer is gone (DISCONNECT message or CM event): no more sends or
+    /// receives; queued data stays readable. `flush`: move the QP to error
+    /// so outstanding work completes.
+    fn disconnected(&mut self, flush: bool) {
+        if matches!(self.phase, Phase::Open) {
+            self.phase = Phase::Disconnected;
+        }
+        self.readable = false;
+        self.writable = false;
+        self.gen += 1;
+        if flush {
+            if let Some(c) = self.conn.as_ref() {
+                super::verbs::qp_to_error(c.qp);
+            }
+        }
+    }
+
+    fn cm_events(&mut self) -> bool {
+        let mut changed = false;
+        loop {
+            let ev = match self.id.as_ref().map(|id| id.next_event()) {
+                Some(Ok(Some(e))) => e,
+                _ => break,
+            };
+            match ev.0 {
+                RDMA_CM_EVENT_DISCONNECTED | RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                    changed = true;
+                    self.disconnected(true);
+                }
+                _ => {}
+            }
+        }
+        changed
+    }
+
+    /// Sends what it can of `src` (at most `max` bytes per message).
+    fn send_some(&mut self, src: &mut Gather) -> Result<usize> {
+        let mut sent = 0;
+        let mut olen = super::conn::RS_OLAP_START_SIZE;
+        let c = self.conn.as_mut().ok_or(Errno(libc::ENOTCONN))?;
+        if !c.iomap_pending.is_empty() && !c.send_iomaps()? {
+            return Ok(0);
+        }
+        while src.left() > 0 && c.can_send() {
+            let n = c.send_data(src, olen)?;
+            if n == 0 {
+                break;
+            }
+            sent += n;
+            olen = (olen * 2).min(super::conn::RS_MAX_TRANSFER);
+        }
+        if sent > 0 {
+            self.last_send = Instant::now();
+        }
+        Ok(sent)
+    }
+
+    /// The error a send on a socket that cannot send gets.
+    fn send_error(&self) -> Errno {
+        match self.phase {
+            Phase::Init | Phase::Bound | Phase::Listening => Errno(libc::ENOTCONN),
+            _ if self.shut_wr => Errno(libc::EPIPE),
+            Phase::Open if !self.writable => Errno(libc::EPIPE),
+            _ => Errno(libc::ECONNRESET),
+        }
+    }
+}
+
+impl Stream {
+    pub fn new(domain: i32) -> Result<Arc<Stream>> {
+        let id = Id::new(RDMA_PS_TCP)?;
+        // SAFETY: our fresh id; the family presets what rgetsockname reports before bind.
+        unsafe { (*id.raw()).route.addr.src.addr.sa_family = domain as u16 };
+        Self::from_id(id, domain, Opts::default(), false)
+    }
+
+    fn from_id(id: Id, domain: i32, opts: Opts, nonblock: bool) -> Result<Arc<Stream>> {
+        let fd = id.fd();
+        super::verbs::set_nonblock(fd, true)?;
+        Ok(Arc::new(Stream {
+            fd,
+            domain,
+            st: Mutex::new(St {
+                id: Some(id),
+                phase: Phase::Init,
+                readable: false,
+                writable: false,
+                shut_wr: false,
+                err: 0,
+                opts,
+                nonblock,
+                cloexec: false,
+                retries: 0,
+                dst: Vec::new(),
+                conn: None,
+                listen: None,
+                waiters: 0,
+                gen: 0,
+                last_send: Instant::now(),
+            }),
+            cond: Condvar::new(),
+            wake: Flag::new()?,
+        }))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, St> {
+        lock(&self.st)
+    }
+
+    /// Runs progress and tells sleepers when something changed.
+    pub fn progress(&self, st: &mut St) {
+        if st.progress() {
+            self.notify(st);
+        }
+    }
+
+    pub fn notify(&self, st: &St) {
+        if st.waiters > 0 {
+            self.wake.raise();
+        }
+        self.cond.notify_all();
+    }
+
+    /// Waits until `ready` holds (after progress), or fails with EAGAIN when
+    /// non-blocking. `deadline` bounds the wait (then ETIMEDOUT).
+    pub fn wait<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, St>,
+        nonblock: bool,
+        deadline: Option<Instant>,
+        ready: impl Fn(&St) -> bool,
+    ) -> Result<MutexGuard<'a, St>> {
+        let cfg = get_config();
+        let mut spun = false;
+        loop {
+            self.progress(&mut st);
+            if st.phase == Phase::Closed {
+                return Err(Errno::EBADF);
+            }
+            if ready(&st) {
+                return Ok(st);
+            }
+            if nonblock {
+                return Err(Errno::EAGAIN);
+            }
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Err(Errno(libc::ETIMEDOUT));
+                }
+            }
+            if !spun && cfg.polling_time_us > 0 && st.conn.is_some() {
+                spun = true;
+                let until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
+                while Instant::now() < until {
+                    self.progress(&mut st);
+                    if ready(&st) {
+                        return Ok(st);
+                    }
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let mut fds = Vec::with_capacity(3);
+            self.prepare(&mut st, &mut fds);
+            self.progress(&mut st);
+            if ready(&st) || st.phase == Phase::Closed {
+                self.finish(&mut st, &fds);
+                continue;
+            }
+            let mut slice = cfg.wake_up_interval_ms;
+            if let Some(d) = deadline {
+                slice = slice.min(d.saturating_duration_since(Instant::now()).as_millis() as i32 + 1);
+            }
+            drop(st);
+            // SAFETY: a live pollfd array.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
+            st = self.lock();
+            self.finish(&mut st, &fds);
+        }
+    }
+
+    /// Adds the fds a sleeper on this rsocket polls (arming the CQ) and
+    /// counts it as a waiter; `finish` undoes it after the sleep.
+    pub fn prepare(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
+        let ev = libc::POLLIN;
+        st.waiters += 1;
+        fds.push(libc::pollfd { fd: self.wake.raw(), events: ev, revents: 0 });
+        if st.phase == Phase::Listening {
+            if let Some(l) = st.listen.as_ref() {
+                fds.push(libc::pollfd { fd: l.flag.raw(), events: ev, revents: 0 });
+            }
+            return;
+        }
+        if let Some(c) = st.conn.as_mut() {
+            if c.cq.arm().is_ok() {
+                fds.push(libc::pollfd { fd: c.cq.fd(), events: ev, revents: 0 });
+            }
+        }
+        if st.id.is_some() && (st.phase.opening() || st.phase.connected()) {
+            fds.push(libc::pollfd { fd: self.fd, events: ev, revents: 0 });
+        }
+    }
+
+    pub fn finish(&self, st: &mut St, _fds: &[libc::pollfd]) {
+        st.waiters = st.waiters.saturating_sub(1);
+        if st.waiters == 0 {
+            self.wake.lower();
+        }
+        if let Some(c) = st.conn.as_mut() {
+            c.cq.consume_events();
+        }
+    }
+
+    fn check_open(st: &St) -> Result<()> {
+        if st.phase == Phase::Closed {
+            Err(Errno::EBADF)
+        } else {
+            Ok(())
+        }
+    }
+
+    // ---- setup ----
+
+    pub fn bind(&self, addr: &[u8]) -> Result<()> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        if st.phase != Phase::Init {
+            return Err(Errno::EINVAL);
+        }
+        let mut a = addr.to_vec();
+        // SAFETY: our id; a holds a socket address of its family's length.
+        cm::check(unsafe { cm::rdma_bind_addr(st.id()?.raw(), a.as_mut_ptr().cast()) })?;
+        st.phase = Phase::Bound;
+        Ok(())
+    }
+
+    pub fn listen(self: &Arc<Self>, backlog: i32) -> Result<()> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        match st.phase {
+            Phase::Listening => return Ok(()),
+            Phase::Init | Phase::Bound => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        // SAFETY: our id.
+        cm::check(unsafe { cm::rdma_listen(st.id()?.raw(), backlog) })?;
+        st.phase = Phase::Listening;
+        st.listen = Some(Listen { queue: VecDeque::new(), flag: Flag::new()? });
+        drop(st);
+        super::listen::register(self);
+        Ok(())
+    }
+
+    pub fn connect(&self, addr: &[u8]) -> Result<()> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        match st.phase {
+            Phase::Init | Phase::Bound => {
+                st.dst = addr.to_vec();
+                st.retries = 0;
+            }
+            p if p.opening() => {
+                self.progress(&mut st);
+                return match st.phase {
+                    Phase::Open => Err(Errno(libc::EISCONN)),
+                    p if p.opening() => Err(Errno(libc::EALREADY)),
+                    _ => {
+                        let e = std::mem::take(&mut st.err);
+                        Err(Errno(if e != 0 { e } else { libc::ECONNREFUSED }))
+                    }
+                };
+            }
+            Phase::Open | Phase::Disconnected | Phase::Error => return Err(Errno(libc::EISCONN)),
+            Phase::ConnectError if st.err != 0 => return Err(Errno(std::mem::take(&mut st.err))),
+            _ => return Err(Errno::EINVAL),
+        }
+        let nonblock = st.nonblock;
+        let r = st.do_connect();
+        self.notify(&st);
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.0 == libc::EINPROGRESS && nonblock => Err(e),
+            Err(e) if e.0 == libc::EINPROGRESS => {
+                let st = self.wait(st, false, None, |s| !s.phase.opening())?;
+                match st.phase {
+                    Phase::Open => Ok(()),
+                    _ => {
+                        let mut st = st;
+                        let e = std::mem::take(&mut st.err);
+                        Err(Errno(if e != 0 { e } else { libc::ECONNREFUSED }))
+                    }
+                }
+            }
+            Err(e) => {
+                st.err = 0;
+                Err(e)
+            }
+        }
+    }
+
+    /// A connection the listen service accepted: `child` comes from
+    /// rdma_get_request on the listener `l` (whose options it inherits).
+    pub fn accept_child(l: &St, domain: i32, child: Id) -> Result<Arc<Stream>> {
+        let req = child.stored_event();
+        let param = child.stored_conn_param();
+        let peer = req.as_ref().and_then(|r| ConnData::decode(&r.2)).filter(|c| c.version == CONN_VERSION);
+        let Some(peer) = peer else {
+            // SAFETY: the new id of a request; rejecting needs no data.
+            unsafe { cm::rdma_reject(child.raw(), std::ptr::null(), 0) };
+            return Err(Errno::ENOTSUP);
+        };
+        super::verbs::set_nonblock(child.fd(), true)?;
+        let opts = l.opts.clone();
+        let mut conn = match Conn::create(&child, Sizes {
+            sq_size: opts.sq_size,
+            rq_size: opts.rq_size,
+            sq_inline: opts.sq_inline,
+            sbuf_size: opts.sbuf_size,
+            rbuf_size: opts.rbuf_size,
+            iomap_size: opts.iomap_size,
+        }) {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: as above.
+                unsafe { cm::rdma_reject(child.raw(), std::ptr::null(), 0) };
+                return Err(e);
+            }
+        };
+        conn.save_peer(&peer);
+        let cd = conn.conn_data().encode();
+        // SAFETY: all-zero is a valid conn_param.
+        let mut p: rdma_conn_param = param.unwrap_or(unsafe { std::mem::zeroed() });
+        p.private_data = cd.as_ptr().cast();
+        p.private_data_len = cd.len() as u8;
+        p.flow_control = 1;
+        p.retry_count = 7;
+        p.rnr_retry_count = 7;
+        p.srq = 0;
+        p.qp_num = 0;
+        if conn.msg_send && p.initiator_depth == 0 {
+            p.initiator_depth = 1;
+        }
+        // SAFETY: the new id; p and its private data live across the call.
+        match cm::check(unsafe { cm::rdma_accept(child.raw(), &mut p) }) {
+            Ok(()) => {}
+            Err(e) if eagain(e) => {}
+            Err(e) => {
+                conn.destroy(&child);
+                return Err(e);
+            }
+        }
+        let s = Stream::from_id(child, domain, opts, l.nonblock)?;
+        {
+            let mut st = s.lock();
+            st.phase = Phase::Open;
+            st.readable = true;
+            st.writable = true;
+            st.conn = Some(conn);
+            if let Some(c) = st.conn.as_mut() {
+                c.update_credits(true);
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn accept(&self, nonblock_call: bool) -> Result<Arc<Stream>> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        if st.phase != Phase::Listening {
+            return Err(Errno::EINVAL);
+        }
+        let nonblock = st.nonblock || nonblock_call;
+        loop {
+            if st.phase != Phase::Listening {
+                return Err(Errno::EBADF);
+            }
+            let l = st.listen.as_mut().ok_or(Errno::EINVAL)?;
+            if let Some(s) = l.queue.pop_front() {
+                if l.queue.is_empty() {
+                    l.flag.lower();
+                }
+                return Ok(s);
+            }
+            if nonblock {
+                return Err(Errno::EAGAIN);
+            }
+            st = self.cond.wait_timeout(st, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    // ---- data ----
+
+    /// rsend/rwrite/rsendmsg on a stream.
+    pub fn send(&self, src: &mut Gather, flags: i32) -> Result<usize> {
+        let total = src.left();
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
+        if st.phase.opening() {
+            st = self.finish_connect(st, nonblock)?;
+        }
+        if st.phase != Phase::Open || !st.writable {
+            return Err(st.send_error());
+        }
+        if total == 0 {
+            return Ok(0);
+        }
+        let mut sent = 0;
+        loop {
+            let n = st.send_some(src)?;
+            sent += n;
+            if src.left() == 0 {
+                break;
+            }
+            match self.wait(st, nonblock, None, |s| s.can_send() || s.phase != Phase::Open || !s.writable) {
+                Ok(g) => st = g,
+                Err(e) if eagain(e) && sent > 0 => return Ok(sent),
+                Err(e) => return Err(e),
+            }
+            if st.phase != Phase::Open || !st.writable {
+                if sent > 0 {
+                    return Ok(sent);
+                }
+                return Err(st.send_error());
+            }
+        }
+        self.progress(&mut st);
+        Ok(sent)
+    }
+
+    /// Completes a connection attempt before a data call (EAGAIN while it
+    /// is still in progress on a non-blocking rsocket).
+    fn finish_connect<'a>(&'a self, mut st: MutexGuard<'a, St>, nonblock: bool) -> Result<MutexGuard<'a, St>> {
+        self.progress(&mut st);
+        if st.phase.opening() {
+            if nonblock {
+                return Err(Errno::EAGAIN);
+            }
+            st = self.wait(st, false, None, |s| !s.phase.opening())?;
+        }
+        Ok(st)
+    }
+
+    /// rrecv/rread/rrecvmsg on a stream.
+    pub fn recv(&self, dst: &mut Scatter, flags: i32) -> Result<usize> {
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
+        let peek = flags & libc::MSG_PEEK != 0;
+        let waitall = flags & libc::MSG_WAITALL != 0 && !peek;
+        if st.phase.opening() {
+            st = self.finish_connect(st, nonblock)?;
+        }
+        if !st.phase.connected() {
+            return Err(Errno(libc::ENOTCONN));
+        }
+        if dst.room == 0 {
+            return Ok(0);
+        }
+        let mut got = 0;
+        loop {
+            self.progress(&mut st);
+            if let Some(c) = st.conn.as_mut() {
+                got += c.copy_out(dst, peek);
+                if got > 0 && !peek {
+                    let open = st.phase == Phase::Open;
+                    if let Some(c) = st.conn.as_mut() {
+                        c.update_credits(open);
+                    }
+                    self.notify(&st);
+                }
+            }
+            if dst.room == 0 || (got > 0 && !waitall) {
+                return Ok(got);
+            }
+            if !st.readable || st.phase != Phase::Open {
+                if got > 0 {
+                    return Ok(got);
+                }
+                if st.phase == Phase::Error && st.err != 0 {
+                    st.err = 0;
+                    return Err(Errno(libc::ECONNRESET));
+                }
+                return Ok(0);
+            }
+            match self.wait(st, nonblock && got == 0, None, |s| s.have_data() || !s.readable || s.phase != Phase::Open) {
+                Ok(g) => st = g,
+                Err(e) => return if got > 0 { Ok(got) } else { Err(e) },
+            }
+        }
+    }
+
+    // ---- shutdown/close ----
+
+    pub fn shutdown(&self, how: i32) -> Result<()> {
+        if !matches!(how, libc::SHUT_RD | libc::SHUT_WR | libc::SHUT_RDWR) {
+            return Err(Errno::EINVAL);
+        }
+        let mut st = self.lock();
+        Self::check_open(&st)?;
+        self.progress(&mut st);
+        if !st.phase.connected() {
+            return Err(Errno(libc::ENOTCONN));
+        }
+        self.shutdown_locked(st, how);
+        Ok(())
+    }
+
+    /// Tells the peer (rsocket.md §4 "Shutdown/close") and waits, bounded,
+    /// until our sends completed.
+    fn shutdown_locked<'a>(&'a self, mut st: MutexGuard<'a, St>, how: i32) -> MutexGuard<'a, St> {
+        let ctrl = if st.phase == Phase::Open {
+            match how {
+                libc::SHUT_RDWR => {
+                    st.readable = false;
+                    st.writable = false;
+                    st.shut_wr = true;
+                    Some(CTRL_DISCONNECT)
+                }
+                libc::SHUT_WR => {
+                    st.writable = false;
+                    st.shut_wr = true;
+                    Some(if st.readable { CTRL_SHUTDOWN } else { CTRL_DISCONNECT })
+                }
+                _ => {
+                    st.readable = false;
+                    if st.writable {
+                        None
+                    } else {
+                        Some(CTRL_DISCONNECT)
+                    }
+                }
+            }
+        } else {
+            if how != libc::SHUT_RD {
+                st.shut_wr = true;
+            }
+            None
+        };
+        st.gen += 1;
+        self.notify(&st);
+        let deadline = Instant::now() + Duration::from_millis(2000);
+        if let Some(ctrl) = ctrl {
+            let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().map_or(true, |c| c.ctrl_ok(1)) || s.phase != Phase::Open);
+            st = match r {
+                Ok(g) => g,
+                Err(_) => self.lock(),
+            };
+            if st.phase == Phase::Open {
+                if let Some(c) = st.conn.as_mut() {
+                    if c.ctrl_ok(1) && c.send_ctrl(ctrl).is_ok() && ctrl == CTRL_DISCONNECT {
+                        st.phase = Phase::Disconnected;
+                    }
+                }
+            }
+        }
+        if st.conn.is_some() && st.phase != Phase::Closed {
+            let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().map_or(true, |c| c.all_sends_done()));
+            st = match r {
+                Ok(g) => g,
+                Err(_) => self.lock(),
+            };
+        }
+        if st.phase == Phase::Disconnected {
+            if let Some(c) = st.conn.as_ref() {
+                super::verbs::qp_to_error(c.qp);
+            }
+        }
+        st.gen += 1;
+        self.notify(&st);
+        st
+    }
+
+    /// rclose: shuts the connection down, releases every resource, destroys
+    /// the id (which closes the fd that was the rsocket number).
+    pub fn close(&self) {
+        let mut st = self.lock();
+        if st.phase == Phase::Closed {
+            return;
+        }
+        if st.phase == Phase::Open {
+            self.progress(&mut st);
+            if st.phase == Phase::Open {
+                st = self.shutdown_locked(st, libc::SHUT_RDWR);
+            }
+        }
+        let listen = st.listen.take();
+        let conn = st.conn.take();
+        let id = st.id.take();
+        st.phase = Phase::Closed;
+        st.gen += 1;
+        self.notify(&st);
+        drop(st);
+        super::keepalive::unregister(self);
+        if let Some(l) = listen {
+            super::listen::unregister(self);
+            for s in l.queue {
+                s.close();
+            }
+        }
+        if let (Some(c), Some(id)) = (conn, id.as_ref()) {
+            c.destroy(id);
+        }
+        drop(id);
+        self.wake.raise();
+    }
+
+    // ---- addresses ----
+
+    pub fn name(&self, peer: bool) -> Result<Vec<u8>> {
+        let st = self.lock();
+        Self::check_open(&st)?;
+        if peer && !st.phase.connected() {
+            return Err(Errno(libc::ENOTCONN));
+        }
+        let id = st.id()?.raw();
+        // SAFETY: a live id of ours; route.addr holds socket addresses.
+        let sa = unsafe { if peer { (*id).route.addr.dst } else { (*id).route.addr.src } };
+        // SAFETY: reading the family of the union.
+        let fam = unsafe { sa.addr.sa_family } as i32;
+        let len = match fam {
+            libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+            libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+            AF_IB => 48,
+            _ => std::mem::size_of::<libc::sa_family_t>(),
+        };
+        // SAFETY: the union is 128 bytes; len ≤ 128.
+        let bytes = unsafe { std::slice::from_raw_parts(&sa as *const rdma_sockaddr as *const u8, len) };
+        Ok(bytes.to_vec())
+    }
+
+    // ---- readiness ----
+
+    /// rpoll's view of this rsocket (after non-blocking progress).
+    pub fn revents(&self, events: i16) -> i16 {
+        let mut st = self.lock();
+        self.progress(&mut st);
+        let mut r: i16 = 0;
+        match st.phase {
+            Phase::Listening => {
+                if st.listen.as_ref().is_some_and(|l| !l.queue.is_empty()) {
+                    r |= libc::POLLIN;
+                }
+            }
+            Phase::ConnectError => r |= libc::POLLIN | libc::POLLOUT | libc::POLLERR,
+            Phase::Open | Phase::Disconnected | Phase::Error => {
+                if st.have_data() || !st.readable {
+                    r |= libc::POLLIN;
+                }
+                if (st.phase == Phase::Open && st.writable && st.can_send()) || !st.writable {
+                    r |= libc::POLLOUT;
+                }
+                if st.phase == Phase::Disconnected {
+                    r |= libc::POLLHUP;
+                }
+                if st.phase == Phase::Error {
+                    r |= libc::POLLERR;
+                }
+            }
+            Phase::Closed => r |= libc::POLLNVAL,
+            _ => {}
+        }
+        r & (events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL)
+    }
+
+    pub fn gen(&self) -> u64 {
+        self.lock().gen
+    }
+
+    pub fn with_st<R>(&self, f: impl FnOnce(&mut St) -> R) -> R {
+        f(&mut self.lock())
+    }
+}
