@@ -33,7 +33,7 @@ pair ucmatose 7471 "ucmatose -c 4" "ucmatose -s $S -c 4"
 # An address nobody answers (TEST-NET-1): b's default route points into a,
 # which does not forward, so the probe's packets die inside our namespaces.
 ip -n "$b" route add default via $S
-if ip netns exec "$b" env RDMA_TEST_UNREACHABLE=192.0.2.1 bash c-examples/run-device.sh --no-build --lib build/lib \
+if ip netns exec "$b" env RDMA_TEST_UNREACHABLE=192.0.2.1 bash c-examples/run-device.sh --lib build/lib \
 	--launcher "$L" --expect rxe 10.77.0.2 dev_unreachable > "$out/unreachable.log" 2>&1; then
 	echo "PASS netns dev_unreachable (ADDR_ERROR -ETIMEDOUT, as rxe)"; pass=$((pass+1))
 else echo "FAIL netns dev_unreachable"; tail -n 20 "$out/unreachable.log"; fail=$((fail+1)); fi
