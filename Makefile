@@ -49,7 +49,7 @@ lib: staticlib librdmacm.map
 check-map:
 	tools/gen-map.sh && git diff --exit-code -- librdmacm.map
 
-test: all test-rust test-abi test-c test-softverbs test-soft test-vm
+test: all test-rust test-abi test-c test-softverbs test-soft test-vm test-rsocket
 
 test-rust:
 	$(CARGO) test --workspace
@@ -113,3 +113,4 @@ include softverbs/softverbs.mk
 # Benchmarks: ratios against the physical floor of the same host (never asserted).
 bench: all
 	bash tests/bench/soft.sh
+include tests/rsocket/rsocket.mk

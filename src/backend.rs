@@ -79,7 +79,13 @@ pub fn device() -> Result<&'static dyn Backend> {
 
 /// For ids whose backend state must go with them (no-op without a device).
 pub fn destroy(id: &Arc<IdCore>) {
-    if let Ok(b) = device() {
-        b.destroy(id);
+    match kind() {
+        // Never opens the kernel CM just to destroy an id that did not use it.
+        Kind::Kernel => crate::kernel::destroy(id),
+        _ => {
+            if let Ok(b) = device() {
+                b.destroy(id);
+            }
+        }
     }
 }

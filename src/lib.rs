@@ -17,6 +17,7 @@ pub mod devices;
 pub mod ffi;
 pub mod kernel;
 pub mod qp;
+pub mod rsocket;
 pub mod soft;
 pub mod sys;
 pub mod trace;

@@ -115,7 +115,11 @@ impl IdCore {
 
     /// Queues an event on the id's current channel.
     pub fn post(self: &Arc<Self>, p: Pending) {
-        self.channel().push(p);
+        // Pushed under the state lock: rdma_migrate_id switches channels and
+        // moves the queued events under the same lock, so an event posted by a
+        // backend thread meanwhile lands in the new channel, after them.
+        let st = self.state();
+        st.channel.push(p);
     }
 
     /// Blocks until every event reported on this id has been acked.
@@ -256,11 +260,12 @@ impl IdBox {
             let mut st = core.state();
             let old_chan = std::mem::replace(&mut st.channel, new_chan.clone());
             let old_private = std::mem::replace(&mut st.private_channel, new_private);
+            // Still under the lock `post` takes: the id's events keep their order.
+            for p in old_chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
+                new_chan.push(p);
+            }
             (old_chan, old_private)
         };
-        for p in old.0.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
-            new_chan.push(p);
-        }
         core.with_public(|p| p.channel = new_public)?;
         core.wait_acked();
         if let Some(pc) = old.1 {

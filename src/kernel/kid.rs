@@ -326,7 +326,7 @@ impl KId {
     /// rdma_destroy_id: no event is posted after this, the kernel id and
     /// memberships are destroyed (the kernel drops their unread events), the
     /// path records freed.
-    pub fn teardown(&self, u: &Ucma) {
+    pub fn teardown(&self, u: Option<&Ucma>) {
         let (handle, mcs, path) = {
             let mut st = self.st();
             st.dead = true;
@@ -337,7 +337,7 @@ impl KId {
             forget(mc.key);
             self.detach(mc);
         }
-        if let Some(h) = handle {
+        if let (Some(h), Some(u)) = (handle, u) {
             let _ = u.destroy_id(h);
         }
         let _ = self.core.with_public(|p| {

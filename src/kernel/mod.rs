@@ -39,10 +39,15 @@ static UCMA: Mutex<Option<&'static Ucma>> = Mutex::new(None);
 
 /// The process's rdma_cm file (opened, with its reader thread, on first use).
 /// Without any verbs device the kernel CM is of no use: ENODEV, as upstream.
+/// A child of fork() gets a file of its own: the inherited one is the
+/// parent's, whose reader thread would take the child's events (the parent's
+/// ids stay unusable in the child, as upstream says).
 pub fn ucma() -> Result<&'static Ucma> {
     let mut g = lock(&UCMA);
     if let Some(u) = *g {
-        return Ok(u);
+        if u.pid == std::process::id() {
+            return Ok(u);
+        }
     }
     if !dev::any() {
         return Err(Errno::ENODEV);
@@ -51,6 +56,20 @@ pub fn ucma() -> Result<&'static Ucma> {
     events::start(u)?;
     *g = Some(u);
     Ok(u)
+}
+
+/// The rdma_cm file of this process if it was opened (never opens it).
+fn opened() -> Option<&'static Ucma> {
+    lock(&UCMA).filter(|u| u.pid == std::process::id())
+}
+
+/// rdma_destroy_id: the id's kernel side goes (if it has one). In a child of
+/// fork() an inherited id is only forgotten: its kernel id is the parent's.
+pub fn destroy(id: &Arc<IdCore>) {
+    let ext = id.state().ext.take();
+    if let Some(Ok(k)) = ext.map(|e| e.downcast::<KId>()) {
+        k.teardown(opened());
+    }
 }
 
 pub struct Kernel;
@@ -353,11 +372,6 @@ impl Backend for Kernel {
     }
 
     fn destroy(&self, id: &Arc<IdCore>) {
-        let ext = id.state().ext.take();
-        if let (Some(e), Ok(u)) = (ext, ucma()) {
-            if let Ok(k) = e.downcast::<KId>() {
-                k.teardown(u);
-            }
-        }
+        destroy(id)
     }
 }

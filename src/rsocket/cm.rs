@@ -31,9 +31,35 @@ extern "C" {
     pub fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int;
     pub fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int;
     pub fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int;
-    pub fn rdma_set_option(id: *mut rdma_cm_id, level: c_int, optname: c_int, optval: *mut c_void, optlen: usize) -> c_int;
+    pub fn rdma_set_option(
+        id: *mut rdma_cm_id,
+        level: c_int,
+        optname: c_int,
+        optval: *mut c_void,
+        optlen: usize,
+    ) -> c_int;
     pub fn rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int;
     pub fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int;
+    pub fn rdma_get_devices(num: *mut c_int) -> *mut *mut rdma_abi::verbs::ibv_context;
+    pub fn rdma_free_devices(list: *mut *mut rdma_abi::verbs::ibv_context);
+}
+
+/// Whether any RDMA device exists (checked once): a stream rsocket needs
+/// one, and fails with ENODEV without (upstream's, and the preload falls
+/// back to a real socket then).
+pub fn have_device() -> bool {
+    static HAVE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        let mut n: c_int = 0;
+        // SAFETY: our own rdma_get_devices; the list is freed right away.
+        unsafe {
+            let l = rdma_get_devices(&mut n);
+            if !l.is_null() {
+                rdma_free_devices(l);
+            }
+        }
+        n > 0
+    });
+    *HAVE
 }
 
 /// `-1 + errno` → Err, with EWOULDBLOCK folded into EAGAIN.
@@ -51,6 +77,7 @@ pub struct Id(pub *mut rdma_cm_id);
 
 // SAFETY: rdma_cm ids may be used from any thread; the library serializes.
 unsafe impl Send for Id {}
+// SAFETY: as above: shared use only goes through the library's own locking.
 unsafe impl Sync for Id {}
 
 impl Id {

@@ -52,6 +52,8 @@ pub struct Found {
     pub disconnect: bool,
     pub shutdown: bool,
     pub send_error: bool,
+    /// A receive completed in error: the QP is in the error state.
+    pub recv_flush: bool,
 }
 
 /// A mapping made by riomap.
@@ -137,7 +139,8 @@ impl Conn {
         let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         attr.send_cq = cq.cq;
         attr.recv_cq = cq.cq;
-        attr.cap = ibv_qp_cap { max_send_wr: sq, max_recv_wr: rq, max_send_sge: 2, max_recv_sge: 1, max_inline_data: inline };
+        attr.cap =
+            ibv_qp_cap { max_send_wr: sq, max_recv_wr: rq, max_send_sge: 2, max_recv_sge: 1, max_inline_data: inline };
         attr.qp_type = IBV_QPT_RC;
         attr.sq_sig_all = 1;
         // SAFETY: our id; the library PD (NULL asks for the id's); attr lives across the call.
@@ -262,6 +265,7 @@ impl Conn {
     pub fn target(&self, i: usize) -> Sge {
         // SAFETY: inside tbuf; volatile because the device writes it.
         let a = unsafe { std::ptr::read_volatile(self.slot_ptr(i)) };
+        // SAFETY: as above: a second read tells a torn (in-flight) write apart.
         let b = unsafe { std::ptr::read_volatile(self.slot_ptr(i)) };
         if a == b {
             Sge::from_mem(&a)
@@ -313,7 +317,17 @@ impl Conn {
 
     /// Posts an RDMA write carrying `m` (as immediate data, or as a
     /// following SEND on iWARP) to `raddr/rkey`.
-    fn post_msg_write(&mut self, pool: u64, sges: &mut [ibv_sge], inline: bool, bytes: usize, m: u32, raddr: u64, rkey: u32) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn post_msg_write(
+        &mut self,
+        pool: u64,
+        sges: &mut [ibv_sge],
+        inline: bool,
+        bytes: usize,
+        m: u32,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<()> {
         let len: usize = sges.iter().map(|s| s.length as usize).sum();
         // SAFETY: all-zero is a valid work request.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -371,7 +385,12 @@ impl Conn {
     ///
     /// # Safety
     /// `stack` outlives the returned SGEs' use; `src` segments are readable.
-    unsafe fn stage(&mut self, src: &mut Gather, len: usize, stack: &mut [u8; MAX_INLINE as usize]) -> (Vec<ibv_sge>, bool, usize) {
+    unsafe fn stage(
+        &mut self,
+        src: &mut Gather,
+        len: usize,
+        stack: &mut [u8; MAX_INLINE as usize],
+    ) -> (Vec<ibv_sge>, bool, usize) {
         if len <= self.sq_inline as usize {
             // SAFETY: stack holds MAX_INLINE ≥ sq_inline bytes.
             unsafe { src.copy_to(stack.as_mut_ptr(), len) };
@@ -404,25 +423,36 @@ impl Conn {
         // SAFETY: stack lives until the post below returns (inline data is copied at post).
         let (mut sges, inline, bytes) = unsafe { self.stage(src, len, &mut stack) };
         let m = msg(OP_DATA, len as u32);
+        // The slot is updated before the write goes out: once the data lands,
+        // the peer may re-advertise this very slot at any moment.
+        let slot = self.target_sge;
+        let rest = Sge { addr: t.addr + len as u64, key: t.key, length: t.length - len as u32 };
+        self.set_target(slot, rest);
         let r = self.post_msg_write(POOL_DATA, &mut sges, inline, bytes, m, t.addr, t.key);
         if let Err(e) = r {
+            self.set_target(slot, t);
             self.sbuf_avail += bytes;
             return Err(e);
         }
+        if rest.length == 0 {
+            self.target_sge = (slot + 1) % RS_SGL_SIZE;
+        }
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.data_avail -= self.wrs();
-        let rest = Sge { addr: t.addr + len as u64, key: t.key, length: t.length - len as u32 };
-        self.set_target(self.target_sge, rest);
-        if rest.length == 0 {
-            self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
-        }
         Ok(len)
     }
 
     /// Plain RDMA write of at most `max` bytes from `src` to `raddr/rkey`
     /// (riowrite; no message, no credit). `lkey` set: `src` is a local
     /// iomap and goes without a copy.
-    pub fn write_plain(&mut self, src: &mut Gather, max: usize, raddr: u64, rkey: u32, lkey: Option<u32>) -> Result<usize> {
+    pub fn write_plain(
+        &mut self,
+        src: &mut Gather,
+        max: usize,
+        raddr: u64,
+        rkey: u32,
+        lkey: Option<u32>,
+    ) -> Result<usize> {
         let mut len = max.min(src.left());
         let zero_copy = match lkey {
             Some(k) if len > self.sq_inline as usize => src.contiguous(len).map(|p| (p, k)),
@@ -471,7 +501,11 @@ impl Conn {
             self.ctrl_slot = (self.ctrl_slot + 1) % RS_QP_CTRL_SIZE as usize;
             // SAFETY: off + 16 ≤ sbuf_size + CTRL_AREA; data is an SGE (16 bytes).
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.sbuf.ptr().add(off), data.len().min(SGE_LEN)) };
-            let mut s = [ibv_sge { addr: self.sbuf.addr() + off as u64, length: data.len().min(SGE_LEN) as u32, lkey: self.sbuf.mr.lkey() }];
+            let mut s = [ibv_sge {
+                addr: self.sbuf.addr() + off as u64,
+                length: data.len().min(SGE_LEN) as u32,
+                lkey: self.sbuf.mr.lkey(),
+            }];
             return self.post_msg_write(pool, &mut s, false, 0, m, raddr, rkey);
         }
         let mut g = Gather::new(vec![super::iov::Seg { ptr: data.as_ptr() as *mut u8, len: data.len() }]);
@@ -541,18 +575,16 @@ impl Conn {
     /// Sends queued iomap entries (each takes a data credit, as upstream's do).
     /// Stops when resources run out; returns whether all went.
     pub fn send_iomaps(&mut self) -> Result<bool> {
-        while let Some(&i) = self.iomap_pending.front() {
+        while let Some(&index) = self.iomap_pending.front() {
+            let Some(m) = self.iomaps.iter().find(|m| m.index == Some(index)) else {
+                self.iomap_pending.pop_front();
+                continue;
+            };
             if !self.can_send() {
                 return Ok(false);
             }
-            let (entry, index) = {
-                let m = &self.iomaps[i];
-                let Some(index) = m.index else {
-                    self.iomap_pending.pop_front();
-                    continue;
-                };
-                (IoMapEntry { offset: m.offset, sge: Sge { addr: m.addr, key: m.mr.rkey(), length: m.len as u32 } }, index)
-            };
+            let entry =
+                IoMapEntry { offset: m.offset, sge: Sge { addr: m.addr, key: m.mr.rkey(), length: m.len as u32 } };
             let bytes = entry.to_mem(self.swap);
             let raddr = self.remote_iomap.addr + (index * IOMAP_LEN) as u64;
             let rkey = self.remote_iomap.key;
@@ -580,6 +612,7 @@ impl Conn {
             for wc in &wcs[..n] {
                 if wc.wr_id & WR_RECV != 0 {
                     if wc.status != IBV_WC_SUCCESS {
+                        f.recv_flush = true;
                         continue;
                     }
                     reposts += 1;

@@ -120,7 +120,7 @@ impl Scatter {
 /// # Safety
 /// `iov` is NULL with `cnt` 0, or points to `cnt` iovecs.
 pub unsafe fn segs(iov: *const libc::iovec, cnt: i32) -> Result<Vec<Seg>> {
-    if cnt < 0 || cnt > 1024 || (cnt > 0 && iov.is_null()) {
+    if !(0..=1024).contains(&cnt) || (cnt > 0 && iov.is_null()) {
         return Err(Errno::EINVAL);
     }
     if cnt == 0 {

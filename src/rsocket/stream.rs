@@ -40,7 +40,14 @@ pub enum Phase {
 
 impl Phase {
     pub fn opening(self) -> bool {
-        matches!(self, Phase::ResolvingAddr | Phase::AddrResolved | Phase::ResolvingRoute | Phase::RouteResolved | Phase::Connecting)
+        matches!(
+            self,
+            Phase::ResolvingAddr
+                | Phase::AddrResolved
+                | Phase::ResolvingRoute
+                | Phase::RouteResolved
+                | Phase::Connecting
+        )
     }
     /// Has (or had) a data path.
     pub fn connected(self) -> bool {
@@ -71,6 +78,9 @@ pub struct St {
     pub conn: Option<Conn>,
     pub listen: Option<Listen>,
     pub waiters: u32,
+    /// The CM channel had an event at the last sleep (read it at the next progress).
+    pub cm_pending: bool,
+    last_cm_check: Instant,
     /// Bumped on every state change (repoll's edge-triggered mode).
     pub gen: u64,
     pub last_send: Instant,
@@ -82,6 +92,16 @@ pub struct Stream {
     st: Mutex<St>,
     pub cond: Condvar,
     pub wake: Flag,
+}
+
+/// How often a connected rsocket looks at its CM channel without sleeping.
+const CM_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether `fd` is readable right now.
+fn readable_now(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
 }
 
 fn eagain(e: Errno) -> bool {
@@ -136,7 +156,9 @@ impl St {
                     self.phase = Phase::ResolvingAddr;
                     let mut dst = self.dst.clone();
                     // SAFETY: our id; dst holds a socket address of its family's length.
-                    let r = unsafe { cm::rdma_resolve_addr(id, std::ptr::null_mut(), dst.as_mut_ptr().cast(), self.timeout_ms()) };
+                    let r = unsafe {
+                        cm::rdma_resolve_addr(id, std::ptr::null_mut(), dst.as_mut_ptr().cast(), self.timeout_ms())
+                    };
                     match cm::check(r) {
                         Ok(()) => self.phase = Phase::AddrResolved,
                         Err(e) if eagain(e) => return Err(Errno(libc::EINPROGRESS)),
@@ -152,14 +174,19 @@ impl St {
                         return Err(Errno(libc::EINPROGRESS));
                     };
                     match (self.phase, ev) {
-                        (Phase::ResolvingAddr, RDMA_CM_EVENT_ADDR_RESOLVED) if status == 0 => self.phase = Phase::AddrResolved,
-                        (Phase::ResolvingRoute, RDMA_CM_EVENT_ROUTE_RESOLVED) if status == 0 => self.phase = Phase::RouteResolved,
+                        (Phase::ResolvingAddr, RDMA_CM_EVENT_ADDR_RESOLVED) if status == 0 => {
+                            self.phase = Phase::AddrResolved
+                        }
+                        (Phase::ResolvingRoute, RDMA_CM_EVENT_ROUTE_RESOLVED) if status == 0 => {
+                            self.phase = Phase::RouteResolved
+                        }
                         (Phase::Connecting, RDMA_CM_EVENT_ESTABLISHED) => return self.established(&data),
                         (Phase::ResolvingAddr | Phase::ResolvingRoute, _)
                             if status == -libc::ETIMEDOUT && self.retries < RS_CONN_RETRIES =>
                         {
                             self.retries += 1;
-                            self.phase = if self.phase == Phase::ResolvingAddr { Phase::Init } else { Phase::AddrResolved };
+                            self.phase =
+                                if self.phase == Phase::ResolvingAddr { Phase::Init } else { Phase::AddrResolved };
                         }
                         (_, RDMA_CM_EVENT_TIMEWAIT_EXIT) => {}
                         _ => return Err(self.fail_connect(cm::event_errno(ev, status))),
@@ -171,7 +198,13 @@ impl St {
                         Some(mut path) => {
                             // SAFETY: our id; the path data block lives across the call.
                             unsafe {
-                                cm::rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, path.as_mut_ptr().cast(), path.len())
+                                cm::rdma_set_option(
+                                    id,
+                                    RDMA_OPTION_IB,
+                                    RDMA_OPTION_IB_PATH,
+                                    path.as_mut_ptr().cast(),
+                                    path.len(),
+                                )
                             }
                         }
                         // SAFETY: our id.
@@ -249,13 +282,24 @@ impl St {
             let _ = self.do_connect();
             changed |= self.phase != before;
         }
-        if self.phase.connected() {
+        if self.phase.connected() && !self.cm_pending && self.last_cm_check.elapsed() >= CM_CHECK_EVERY {
+            // A caller that never sleeps (busy non-blocking loops) still
+            // learns of a disconnect the CM reported.
+            self.last_cm_check = Instant::now();
+            self.cm_pending = self.id.as_ref().is_some_and(|id| readable_now(id.fd()));
+        }
+        if self.phase.connected() && self.cm_pending {
+            self.cm_pending = false;
             changed |= self.cm_events();
         }
         if let Some(c) = self.conn.as_mut() {
             match c.process_cq() {
                 Ok(f) => {
                     changed |= f.any;
+                    if f.recv_flush && self.phase == Phase::Open {
+                        // Our QP went to the error state: the CM says why.
+                        changed |= self.cm_events();
+                    }
                     if f.disconnect {
                         self.disconnected(false);
                     }
@@ -310,11 +354,7 @@ impl St {
 
     fn cm_events(&mut self) -> bool {
         let mut changed = false;
-        loop {
-            let ev = match self.id.as_ref().map(|id| id.next_event()) {
-                Some(Ok(Some(e))) => e,
-                _ => break,
-            };
+        while let Some(Ok(Some(ev))) = self.id.as_ref().map(|id| id.next_event()) {
             match ev.0 {
                 RDMA_CM_EVENT_DISCONNECTED | RDMA_CM_EVENT_DEVICE_REMOVAL => {
                     changed = true;
@@ -388,6 +428,8 @@ impl Stream {
                 conn: None,
                 listen: None,
                 waiters: 0,
+                cm_pending: true,
+                last_cm_check: Instant::now(),
                 gen: 0,
                 last_send: Instant::now(),
             }),
@@ -502,6 +544,9 @@ impl Stream {
         if let Some(c) = st.conn.as_mut() {
             c.cq.consume_events();
         }
+        if st.id.is_some() && st.phase.connected() && readable_now(self.fd) {
+            st.cm_pending = true;
+        }
     }
 
     fn check_open(st: &St) -> Result<()> {
@@ -604,14 +649,17 @@ impl Stream {
         };
         super::verbs::set_nonblock(child.fd(), true)?;
         let opts = l.opts.clone();
-        let mut conn = match Conn::create(&child, Sizes {
-            sq_size: opts.sq_size,
-            rq_size: opts.rq_size,
-            sq_inline: opts.sq_inline,
-            sbuf_size: opts.sbuf_size,
-            rbuf_size: opts.rbuf_size,
-            iomap_size: opts.iomap_size,
-        }) {
+        let mut conn = match Conn::create(
+            &child,
+            Sizes {
+                sq_size: opts.sq_size,
+                rq_size: opts.rq_size,
+                sq_inline: opts.sq_inline,
+                sbuf_size: opts.sbuf_size,
+                rbuf_size: opts.rbuf_size,
+                iomap_size: opts.iomap_size,
+            },
+        ) {
             Ok(c) => c,
             Err(e) => {
                 // SAFETY: as above.
@@ -699,15 +747,17 @@ impl Stream {
             return Ok(0);
         }
         let mut sent = 0;
+        let deadline = st.opts.sndtimeo.map(|t| Instant::now() + t);
         loop {
             let n = st.send_some(src)?;
             sent += n;
             if src.left() == 0 {
                 break;
             }
-            match self.wait(st, nonblock, None, |s| s.can_send() || s.phase != Phase::Open || !s.writable) {
+            match self.wait(st, nonblock, deadline, |s| s.can_send() || s.phase != Phase::Open || !s.writable) {
                 Ok(g) => st = g,
-                Err(e) if eagain(e) && sent > 0 => return Ok(sent),
+                Err(e) if (eagain(e) || e.0 == libc::ETIMEDOUT) && sent > 0 => return Ok(sent),
+                Err(e) if e.0 == libc::ETIMEDOUT => return Err(Errno::EAGAIN),
                 Err(e) => return Err(e),
             }
             if st.phase != Phase::Open || !st.writable {
@@ -776,9 +826,14 @@ impl Stream {
                 }
                 return Ok(0);
             }
-            match self.wait(st, nonblock && got == 0, None, |s| s.have_data() || !s.readable || s.phase != Phase::Open) {
+            let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
+            match self.wait(st, nonblock && got == 0, deadline, |s| s.have_data() || !s.readable || s.phase != Phase::Open)
+            {
                 Ok(g) => st = g,
-                Err(e) => return if got > 0 { Ok(got) } else { Err(e) },
+                Err(_) if got > 0 => return Ok(got),
+                // SO_RCVTIMEO expired: EAGAIN, as a socket says.
+                Err(e) if e.0 == libc::ETIMEDOUT => return Err(Errno::EAGAIN),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -795,7 +850,7 @@ impl Stream {
         if !st.phase.connected() {
             return Err(Errno(libc::ENOTCONN));
         }
-        self.shutdown_locked(st, how);
+        drop(self.shutdown_locked(st, how));
         Ok(())
     }
 
@@ -834,7 +889,9 @@ impl Stream {
         self.notify(&st);
         let deadline = Instant::now() + Duration::from_millis(2000);
         if let Some(ctrl) = ctrl {
-            let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().map_or(true, |c| c.ctrl_ok(1)) || s.phase != Phase::Open);
+            let r = self.wait(st, false, Some(deadline), |s| {
+                s.conn.as_ref().is_none_or(|c| c.ctrl_ok(1)) || s.phase != Phase::Open
+            });
             st = match r {
                 Ok(g) => g,
                 Err(_) => self.lock(),
@@ -848,7 +905,7 @@ impl Stream {
             }
         }
         if st.conn.is_some() && st.phase != Phase::Closed {
-            let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().map_or(true, |c| c.all_sends_done()));
+            let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().is_none_or(|c| c.all_sends_done()));
             st = match r {
                 Ok(g) => g,
                 Err(_) => self.lock(),
@@ -908,7 +965,13 @@ impl Stream {
         }
         let id = st.id()?.raw();
         // SAFETY: a live id of ours; route.addr holds socket addresses.
-        let sa = unsafe { if peer { (*id).route.addr.dst } else { (*id).route.addr.src } };
+        let sa = unsafe {
+            if peer {
+                (*id).route.addr.dst
+            } else {
+                (*id).route.addr.src
+            }
+        };
         // SAFETY: reading the family of the union.
         let fam = unsafe { sa.addr.sa_family } as i32;
         let len = match fam {
@@ -930,20 +993,18 @@ impl Stream {
         self.progress(&mut st);
         let mut r: i16 = 0;
         match st.phase {
-            Phase::Listening => {
-                if st.listen.as_ref().is_some_and(|l| !l.queue.is_empty()) {
-                    r |= libc::POLLIN;
-                }
-            }
+            Phase::Listening if st.listen.as_ref().is_some_and(|l| !l.queue.is_empty()) => r |= libc::POLLIN,
             Phase::ConnectError => r |= libc::POLLIN | libc::POLLOUT | libc::POLLERR,
             Phase::Open | Phase::Disconnected | Phase::Error => {
                 if st.have_data() || !st.readable {
                     r |= libc::POLLIN;
                 }
-                if (st.phase == Phase::Open && st.writable && st.can_send()) || !st.writable {
+                if !st.writable || (st.phase == Phase::Open && st.can_send()) {
                     r |= libc::POLLOUT;
                 }
-                if st.phase == Phase::Disconnected {
+                // Hang-up once the data the peer sent before leaving is read:
+                // a reader polling for POLLIN gets all of it first.
+                if st.phase == Phase::Disconnected && !st.have_data() {
                     r |= libc::POLLHUP;
                 }
                 if st.phase == Phase::Error {

@@ -49,7 +49,8 @@ bw=$(col "$out/write_bw.txt" 4)
 rlat=$(col "$out/read_lat.txt" 6)
 tcp_lat=$(sed -n 's/.*Latency is \([0-9.]*\) usec.*/\1/p' "$out/sockperf.txt" | tail -1)
 tcp_bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/8e6)' "$out/iperf3.json" 2>/dev/null)
-cm_row=$(awk '$1 == "connect" {print $2, $5}' "$out/cmtime.txt")
+# cmtime rows: "connect      :  total-ms  max-ms  min-us  us/conn" (the ':' is a field of its own)
+cm_row=$(awk '$1 == "connect" {sub(/^[^:]*:/, ""); print $1, $4}' "$out/cmtime.txt")
 cm_total=${cm_row% *}; cm_per=${cm_row#* }
 
 r() { python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)) if a and b and float(b) else 'n/a')" "$1" "$2"; }

@@ -3,6 +3,9 @@
 # after the host built our library and the dev_* programs (see vm.mk):
 #
 #   utils        Debian's rdmacm-utils pairs with Debian's library (oracle sanity)
+#   utils-ours   the same pairs with our library on both sides
+#   utils-interop  the same pairs, Debian's library on one side and ours on the
+#                other (server Debian/client ours, then the reverse)
 #   dev-debian   c-examples/dev_* with Debian's library: must pass and print
 #                exactly c-examples/expected/<prog>.$VM_EXPECT.txt
 #   dev-ours     the same programs with our library (LD_LIBRARY_PATH=build/lib)
@@ -14,14 +17,14 @@
 # expected-fail (kernel backend not implemented)") while VM_OURS_MUST_PASS=0,
 # and as failures once it is 1.  Every line is also written to
 # $VM_RESULTS/suite.log (with the per-program outputs next to it) when set.
-# Knobs: VM_SECTIONS ("utils dev-debian dev-ours c-examples"), VM_UTILS_TESTS
+# Knobs: VM_SECTIONS ("utils utils-ours utils-interop dev-debian dev-ours c-examples"), VM_UTILS_TESTS
 # (subset of rdmacm-utils-tests.sh, e.g. "rping cmtime"; default all),
 # VM_OURS_MUST_PASS (0), VM_EXPECT (rxe), VM_VALGRIND (0), VM_RESULTS.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
-SECTIONS=${VM_SECTIONS:-utils dev-debian dev-ours c-examples}
+SECTIONS=${VM_SECTIONS:-utils utils-ours utils-interop dev-debian dev-ours c-examples}
 MUST=${VM_OURS_MUST_PASS:-0}
 EXPECT=${VM_EXPECT:-rxe}
 RES=${VM_RESULTS:-/tmp/vm-results}
@@ -72,6 +75,23 @@ if on utils; then
 	t0=$(now)
 	tally utils 0 < <(TESTS=${VM_UTILS_TESTS:-} bash tests/vm/rdmacm-utils-tests.sh 2>&1)
 	say "[utils] done in $(took "$t0")"
+fi
+
+OURS_LIB=$ROOT/build/lib
+if on utils-ours; then
+	t0=$(now)
+	tally utils-ours 1 < <(TESTS=${VM_UTILS_TESTS:-} SRV_LIB=$OURS_LIB CLI_LIB=$OURS_LIB LABEL=" (ours)" \
+		bash tests/vm/rdmacm-utils-tests.sh 2>&1)
+	say "[utils-ours] done in $(took "$t0")"
+fi
+
+if on utils-interop; then
+	t0=$(now)
+	tally utils-interop 1 < <(TESTS=${VM_UTILS_TESTS:-} CLI_LIB=$OURS_LIB LABEL=" (debian server, ours client)" \
+		bash tests/vm/rdmacm-utils-tests.sh 2>&1)
+	tally utils-interop 1 < <(TESTS=${VM_UTILS_TESTS:-} SRV_LIB=$OURS_LIB LABEL=" (ours server, debian client)" \
+		bash tests/vm/rdmacm-utils-tests.sh 2>&1)
+	say "[utils-interop] done in $(took "$t0")"
 fi
 
 if on dev-debian; then

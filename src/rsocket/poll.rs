@@ -1,0 +1,207 @@
+//! rpoll and rselect (rsocket.md §5): rsockets and ordinary fds in one call.
+//! Each round checks every rsocket without blocking (processing its
+//! completions) and the ordinary fds with a zero timeout; then busy-polls for
+//! `polling_time` µs; then arms the rsockets' CQs and sleeps in poll(2) on
+//! their channel fds, CM fds and wake flags plus the ordinary fds, at most
+//! `wake_up_interval` ms per slice.
+
+use super::{get, Sock};
+use crate::sys::{cerr, Result};
+use std::time::{Duration, Instant};
+
+impl Sock {
+    /// Readiness and the state generation it was read at.
+    pub fn revents(&self, events: i16) -> (i16, u64) {
+        match self {
+            Sock::Stream(s) => {
+                let r = s.revents(events);
+                (r, s.gen())
+            }
+            Sock::Dgram(d) => d.revents(events),
+        }
+    }
+
+    /// Adds what a sleeper on this rsocket polls; `finish` after the sleep.
+    pub fn prepare(&self, fds: &mut Vec<libc::pollfd>) {
+        match self {
+            Sock::Stream(s) => {
+                let mut st = s.lock();
+                s.prepare(&mut st, fds);
+            }
+            Sock::Dgram(d) => d.prepare(fds),
+        }
+    }
+
+    pub fn finish(&self) {
+        match self {
+            Sock::Stream(s) => {
+                let mut st = s.lock();
+                s.finish(&mut st, &[]);
+            }
+            Sock::Dgram(d) => d.finish(),
+        }
+    }
+}
+
+/// One non-blocking pass; returns how many entries have events.
+fn scan(fds: &mut [libc::pollfd], socks: &[Option<Sock>], plain: &mut Vec<libc::pollfd>, idx: &[usize]) -> Result<i32> {
+    let mut n = 0;
+    for (p, s) in fds.iter_mut().zip(socks) {
+        if let Some(s) = s {
+            p.revents = s.revents(p.events).0;
+            if p.revents != 0 {
+                n += 1;
+            }
+        }
+    }
+    if !plain.is_empty() {
+        for p in plain.iter_mut() {
+            p.revents = 0;
+        }
+        // SAFETY: a live pollfd array; zero timeout.
+        cerr(unsafe { libc::poll(plain.as_mut_ptr(), plain.len() as libc::nfds_t, 0) })?;
+        for (p, &i) in plain.iter().zip(idx) {
+            fds[i].revents = p.revents;
+            if p.revents != 0 {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
+    let socks: Vec<Option<Sock>> =
+        if super::any() { fds.iter().map(|p| get(p.fd)).collect() } else { vec![None; fds.len()] };
+    if socks.iter().all(|s| s.is_none()) {
+        // SAFETY: the caller's array, handed to poll(2) unchanged.
+        return cerr(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) });
+    }
+    let cfg = super::config::get_config();
+    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    let idx: Vec<usize> = (0..fds.len()).filter(|&i| socks[i].is_none() && fds[i].fd >= 0).collect();
+    let mut plain: Vec<libc::pollfd> =
+        idx.iter().map(|&i| libc::pollfd { fd: fds[i].fd, events: fds[i].events, revents: 0 }).collect();
+    for p in fds.iter_mut() {
+        p.revents = 0;
+    }
+    let spin_until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
+    loop {
+        let n = scan(fds, &socks, &mut plain, &idx)?;
+        if n > 0 || timeout == 0 {
+            return Ok(n);
+        }
+        if Instant::now() < spin_until {
+            std::hint::spin_loop();
+            continue;
+        }
+        let mut wait: Vec<libc::pollfd> =
+            plain.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect();
+        for s in socks.iter().flatten() {
+            s.prepare(&mut wait);
+        }
+        let n = scan(fds, &socks, &mut plain, &idx)?;
+        if n > 0 {
+            socks.iter().flatten().for_each(|s| s.finish());
+            return Ok(n);
+        }
+        let mut slice = cfg.wake_up_interval_ms;
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            slice = slice.min(left.as_millis() as i32 + if left.as_nanos() % 1_000_000 != 0 { 1 } else { 0 });
+        }
+        // SAFETY: a live pollfd array.
+        let r = unsafe { libc::poll(wait.as_mut_ptr(), wait.len() as libc::nfds_t, slice) };
+        let err = crate::sys::Errno::last();
+        socks.iter().flatten().for_each(|s| s.finish());
+        if r < 0 && err.0 == libc::EINTR {
+            return Err(err);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return scan(fds, &socks, &mut plain, &idx);
+        }
+    }
+}
+
+/// rselect: the fd sets become a pollfd array for rpoll.
+///
+/// # Safety
+/// Each set is NULL or a valid fd_set covering `nfds`.
+pub unsafe fn rselect(
+    nfds: i32,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> Result<i32> {
+    if !(0..=libc::FD_SETSIZE as i32).contains(&nfds) {
+        return Err(crate::sys::Errno::EINVAL);
+    }
+    let isset = |set: *mut libc::fd_set, fd: i32| -> bool {
+        // SAFETY: per the contract; fd < nfds ≤ FD_SETSIZE.
+        !set.is_null() && unsafe { libc::FD_ISSET(fd, set) }
+    };
+    if !(0..nfds).any(|fd| (isset(r, fd) || isset(w, fd) || isset(e, fd)) && get(fd).is_some()) {
+        // Only ordinary fds: select(2) itself, unchanged (timeout updated and all).
+        // SAFETY: the caller's sets and timeout, as select(2) takes them.
+        return cerr(unsafe { libc::select(nfds, r, w, e, timeout) });
+    }
+    let mut fds = Vec::new();
+    for fd in 0..nfds {
+        let mut ev = 0;
+        if isset(r, fd) {
+            ev |= libc::POLLIN;
+        }
+        if isset(w, fd) {
+            ev |= libc::POLLOUT;
+        }
+        if isset(e, fd) {
+            ev |= libc::POLLPRI;
+        }
+        if ev != 0 {
+            fds.push(libc::pollfd { fd, events: ev, revents: 0 });
+        }
+    }
+    let ms = if timeout.is_null() {
+        -1
+    } else {
+        // SAFETY: per the contract.
+        let t = unsafe { *timeout };
+        if t.tv_sec < 0 || t.tv_usec < 0 {
+            return Err(crate::sys::Errno::EINVAL);
+        }
+        (t.tv_sec * 1000 + (t.tv_usec + 999) / 1000).min(i32::MAX as i64) as i32
+    };
+    rpoll(&mut fds, ms)?;
+    if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        return Err(crate::sys::Errno::EBADF);
+    }
+    for set in [r, w, e] {
+        if !set.is_null() {
+            // SAFETY: per the contract.
+            unsafe { libc::FD_ZERO(set) };
+        }
+    }
+    let mut count = 0;
+    for p in &fds {
+        // SAFETY: per the contract; p.fd < nfds.
+        unsafe {
+            if !r.is_null()
+                && p.events & libc::POLLIN != 0
+                && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+            {
+                libc::FD_SET(p.fd, r);
+                count += 1;
+            }
+            if !w.is_null() && p.events & libc::POLLOUT != 0 && p.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
+                libc::FD_SET(p.fd, w);
+                count += 1;
+            }
+            if !e.is_null() && p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0 {
+                libc::FD_SET(p.fd, e);
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}

@@ -1,0 +1,79 @@
+/* Resources come back: 300 rsocket connections opened, used and closed in
+ * one process (both ends here) leave the fd count where it was and RSS
+ * bounded; datagram rsockets likewise. */
+#include <dirent.h>
+
+#include "rs_util.h"
+
+static int fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static long rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long pages = 0, res = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+			res = 0;
+		fclose(f);
+	}
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int cycle(int l, int port)
+{
+	int c, s, ok;
+	char buf[4096];
+
+	rs_pair(l, port, &c, &s);
+	memset(buf, 'x', sizeof(buf));
+	ok = rsend(c, buf, sizeof(buf), 0) == sizeof(buf) && rrecv(s, buf, sizeof(buf), MSG_WAITALL) == sizeof(buf);
+	rclose(c);
+	rclose(s);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	int port = port_arg(argc, argv);
+	int l, f0, f1, ok = 1;
+	long r0, r1;
+
+	watchdog(240);
+	l = rs_listener(port);
+	for (int i = 0; i < 20; i++) /* warm-up: service threads, device, caches */
+		ok &= cycle(l, port);
+	f0 = fds();
+	r0 = rss_kb();
+	for (int i = 0; i < 300 && ok; i++)
+		ok &= cycle(l, port);
+	/* connections of the fabric close asynchronously: let them settle */
+	for (int i = 0; i < 50 && (f1 = fds()) > f0 + 2; i++)
+		sleep_ms(100);
+	r1 = rss_kb();
+	CHECK(ok, "300 connect/send/recv/close cycles", "a cycle failed: %s", strerror(errno));
+	CHECK(f1 <= f0 + 2, "fd count flat", "%d -> %d", f0, f1);
+	CHECK(r1 - r0 < 32 * 1024, "RSS growth bounded (< 32 MiB)", "%ld -> %ld kB", r0, r1);
+
+	f0 = fds();
+	for (int i = 0; i < 100 && ok; i++) {
+		int d = rsocket(AF_INET, SOCK_DGRAM, 0);
+		struct sockaddr_in a = lo_addr(port + 1);
+		ok = d >= 0 && rsendto(d, "x", 1, 0, (struct sockaddr *)&a, sizeof(a)) == 1 && rclose(d) == 0;
+	}
+	for (int i = 0; i < 50 && (f1 = fds()) > f0 + 2; i++)
+		sleep_ms(100);
+	CHECK(ok && f1 <= f0 + 2, "100 datagram rsockets: fd count flat", "ok %d, %d -> %d", ok, f0, f1);
+	rclose(l);
+	return check_done();
+}

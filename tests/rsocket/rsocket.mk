@@ -1,0 +1,34 @@
+# rsockets (issue 5), included by the root Makefile: the preload library
+# build/lib/librspreload.so (crate rspreload/, a cdylib with unversioned libc
+# overrides, no SONAME, like upstream's), its install into $(LIBDIR)/rsocket,
+# and `make test-rsocket` (tests/rsocket/run.sh, ends with "N passed, M failed").
+
+RSP_LIB := $(LIBDIR_OUT)/librspreload.so
+RSP_DIR := $(LIBDIR)/rsocket
+
+.PHONY: rspreload test-rsocket install-rspreload uninstall-rspreload
+
+all: rspreload
+
+rspreload:
+	$(CARGO) build $(CARGO_FLAGS) -p rspreload
+	mkdir -p $(LIBDIR_OUT)
+	install -m 0755 target/$(PROFILE)/librspreload.so $(RSP_LIB)
+
+test-rsocket: all
+	bash tests/rsocket/run.sh
+
+install: install-rspreload
+uninstall: uninstall-rspreload
+
+# Upstream installs it off the default search path, with two compat names.
+install-rspreload: rspreload
+	install -d $(DESTDIR)$(RSP_DIR)
+	install -m 0755 $(RSP_LIB) $(DESTDIR)$(RSP_DIR)/librspreload.so
+	ln -sf librspreload.so $(DESTDIR)$(RSP_DIR)/librspreload.so.1
+	ln -sf librspreload.so $(DESTDIR)$(RSP_DIR)/librspreload.so.1.0.0
+
+uninstall-rspreload:
+	rm -f $(DESTDIR)$(RSP_DIR)/librspreload.so $(DESTDIR)$(RSP_DIR)/librspreload.so.1 \
+	  $(DESTDIR)$(RSP_DIR)/librspreload.so.1.0.0
+	-rmdir $(DESTDIR)$(RSP_DIR) 2>/dev/null

@@ -1,0 +1,195 @@
+#!/bin/bash
+# rsockets end to end, over the soft RDMA fabric on 127.0.0.1 (issue 5):
+#   * the C checks of this directory (non-blocking connect, rpoll readiness,
+#     shutdown/EOF and dead peers, riomap/riowrite placement, repoll, datagrams,
+#     socket options, resources returned over 300 connection cycles, full
+#     duplex from two threads per end), also in
+#     iWARP's message mode, and the preload checks program (kernel TCP, then
+#     under the preload)
+#   * Debian's rstream (several sizes, non-blocking and blocking, verified),
+#     riostream, udpong and rcopy (file compared with cmp), ours on both sides
+#   * unmodified TCP programs under LD_PRELOAD=build/lib/librspreload.so:
+#     our echo client/server and Debian's iperf3
+# Every run is bounded by `timeout`; the C checks run under valgrind too
+# (VALGRIND=0 skips that). Ends with "N passed, M failed".
+#   tests/rsocket/run.sh [name-prefix ...]     (default: everything)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/soft/lib.sh
+L=$PWD/build/bin/rdmacm-soft
+P=$PWD/build/lib/librspreload.so
+out=build/rsocket-tests; rm -rf "$out"; mkdir -p "$out" build/rsocket
+A=127.0.0.1
+pass=0; fail=0; only=("$@")
+
+# Ports: a block of 400 picked at random and checked free (the RDMA port of the
+# soft fabric is the host's TCP/UDP port; parallel test runs must not meet).
+# RS_TEST_PORT=N fixes the base.
+free_block() {
+	local b=$1
+	! ss -Htanu 2>/dev/null | awk '{print $5}' | sed 's/.*://' | awk -v b=$b '$1 >= b && $1 < b + 400 {f=1} END {exit !f}'
+}
+BASE=${RS_TEST_PORT:-}
+if [ -z "$BASE" ]; then
+	for i in $(seq 20); do
+		BASE=$((20000 + (RANDOM % 40) * 500))
+		free_block $BASE && break
+	done
+fi
+CC=${CC:-cc}
+
+want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [[ "$1" == "$n"* ]] && return 0; done; return 1; }
+ok() { echo "PASS $1"; pass=$((pass+1)); }
+ko() { echo "FAIL $1: $2"; fail=$((fail+1)); shift 2; local f; for f in "$@"; do [ -s "$f" ] && { echo "--- $f"; tail -8 "$f"; }; done; }
+
+if [ ! -x "$L" ] || [ ! -e build/lib/librdmacm.so.1 ]; then
+	echo "FAIL setup: run make first"; echo "0 passed, 1 failed"; exit 1
+fi
+
+# --- build the C programs ---
+for src in tests/rsocket/*.c; do
+	n=$(basename "$src" .c)
+	# echo and preload_calls are plain sockets programs: no librdmacm
+	case $n in echo|preload_calls) libs=() ;; *) libs=(-Lbuild/lib -lrdmacm) ;; esac
+	if ! $CC -Wall -Wextra -Werror -O1 -g -pthread -Iinclude -Ic-examples -o "build/rsocket/$n" "$src" \
+		"${libs[@]}" 2> "$out/build.$n.log"; then
+		ko "build $n" "compiler errors" "$out/build.$n.log"
+	fi
+done
+
+# --- the C checks: each gets its own block of ports ---
+port=$BASE
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram sockopts cycles duplex; do
+	want "$n" || { port=$((port+10)); continue; }
+	if timeout 90 "$L" "build/rsocket/$n" $port > "$out/$n.log" 2>&1 && ! grep -q '^FAIL' "$out/$n.log"; then
+		ok "$n ($(grep -c '^ok' "$out/$n.log") checks)"
+		# and under valgrind (our library's memory use), unless VALGRIND=0
+		if [ "${VALGRIND:-1}" != 0 ] && command -v valgrind > /dev/null; then
+			if timeout 300 "$L" valgrind -q --error-exitcode=9 "build/rsocket/$n" $((port+5)) > "$out/$n.valgrind.log" 2>&1 \
+				&& ! grep -q '^FAIL' "$out/$n.valgrind.log"; then ok "$n (valgrind)"
+			else ko "$n (valgrind)" "errors or failed checks" "$out/$n.valgrind.log"; fi
+		fi
+	else
+		ko "$n" "$(grep -m1 '^FAIL' "$out/$n.log" || echo 'exit status')" "$out/$n.log"
+	fi
+	port=$((port+10))
+done
+
+# iWARP's message mode (32-bit messages as SENDs), forced on the soft fabric
+if want msg-send; then
+	if RDMACM_RS_RSOCKET_MSG_SEND=1 timeout 90 "$L" build/rsocket/iomap_placement $port > "$out/msg-send-iomap.log" 2>&1 \
+		&& ! grep -q '^FAIL' "$out/msg-send-iomap.log"; then ok "msg-send iomap_placement"
+	else ko "msg-send iomap_placement" "failed" "$out/msg-send-iomap.log"; fi
+	port=$((port+10))
+	if RDMACM_RS_RSOCKET_MSG_SEND=1 timeout 90 "$L" build/rsocket/shutdown_eof $port > "$out/msg-send-shutdown.log" 2>&1 \
+		&& ! grep -q '^FAIL' "$out/msg-send-shutdown.log"; then ok "msg-send shutdown_eof"
+	else ko "msg-send shutdown_eof" "failed" "$out/msg-send-shutdown.log"; fi
+	port=$((port+10))
+fi
+
+# the preload checks program: the same checks against kernel TCP, then under the preload
+if want preload_calls; then
+	if timeout 60 build/rsocket/preload_calls $port > "$out/preload_calls.tcp.log" 2>&1 && ! grep -q '^FAIL' "$out/preload_calls.tcp.log"; then
+		ok "preload_calls over kernel TCP ($(grep -c '^ok' "$out/preload_calls.tcp.log") checks)"
+	else ko "preload_calls over kernel TCP" "failed" "$out/preload_calls.tcp.log"; fi
+	port=$((port+1))
+	if RDMACM_RS_TRACE=$PWD/$out/preload_calls.trace LD_PRELOAD=$P timeout 60 "$L" build/rsocket/preload_calls $port \
+		> "$out/preload_calls.log" 2>&1 && ! grep -q '^FAIL' "$out/preload_calls.log" \
+		&& grep -q " raccept(" "$out/preload_calls.trace"; then
+		ok "preload_calls under librspreload.so ($(grep -c '^ok' "$out/preload_calls.log") checks, over rsockets)"
+	else ko "preload_calls under librspreload.so" "failed or not over rsockets" "$out/preload_calls.log"; fi
+	port=$((port+1))
+fi
+
+# pair NAME PORT TIMEOUT SERVER_EXITS(1|0) "server cmd" "client cmd" [env for both]
+pair() {
+	local name=$1 p=$2 t=$3 exits=$4 srv=$5 cli=$6 envs=${7:-}
+	want "$name" || return 0
+	local sb=(stdbuf -oL -eL)
+	[[ "$envs" == *LD_PRELOAD* ]] && sb=()
+	env $envs timeout "$t" "${sb[@]}" "$L" $srv > "$out/$name.server.log" 2>&1 &
+	local spid=$!
+	wait_port "$p"
+	env $envs timeout "$t" "${sb[@]}" "$L" $cli > "$out/$name.client.log" 2>&1
+	local crc=$? src=0
+	if [ "$exits" = 1 ]; then
+		wait $spid; src=$?
+	else
+		kill $spid 2>/dev/null; wait $spid 2>/dev/null
+	fi
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then ok "$name"
+	else ko "$name" "client exit $crc, server exit $src" "$out/$name.server.log" "$out/$name.client.log"; fi
+}
+
+# --- rstream: sizes, non-blocking (default) and blocking, data verified ---
+port=$((BASE+150))
+for mode in n b; do
+	for s in 64 4096 65536 1048576; do
+		c=1000; [ $s -ge 1048576 ] && c=100
+		pair "rstream-$mode-$s" $port 120 1 "rstream -p $port -T $mode -T v -S $s -C $c" \
+			"rstream -s $A -p $port -T $mode -T v -S $s -C $c"
+		port=$((port+1))
+	done
+done
+pair rstream-default $port 240 1 "rstream -p $port" "rstream -s $A -p $port"; port=$((port+1))
+pair rstream-blocking-all $port 240 1 "rstream -p $port -T b" "rstream -s $A -p $port -T b"; port=$((port+1))
+pair rstream-async-keepalive $port 120 1 "rstream -p $port -T a -k 1 -S 65536 -C 500" \
+	"rstream -s $A -p $port -T a -k 1 -S 65536 -C 500"; port=$((port+1))
+# tiny queues and buffers from the tunables (wrap-around, credit updates by count)
+conf=$PWD/$out/conf; mkdir -p "$conf"; echo 16 > "$conf/sqsize_default"; echo 16 > "$conf/rqsize_default"
+echo 0 > "$conf/inline_default"; echo 1 > "$conf/polling_time"
+pair rstream-tiny-tunables $port 120 1 "rstream -p $port -T v -B 4096 -S 1048576 -C 20" \
+	"rstream -s $A -p $port -T v -B 4096 -S 1048576 -C 20" "RDMACM_RS_RSOCKET_CONF=$conf"; port=$((port+1))
+
+# --- riostream: riomap/riowrite placement ---
+for mode in n b; do
+	pair "riostream-$mode-4096" $port 120 1 "riostream -p $port -T $mode -S 4096 -C 1000" \
+		"riostream -s $A -p $port -T $mode -S 4096 -C 1000"; port=$((port+1))
+	pair "riostream-$mode-1m" $port 120 1 "riostream -p $port -T $mode -S 1048576 -C 50" \
+		"riostream -s $A -p $port -T $mode -S 1048576 -C 50"; port=$((port+1))
+done
+
+# --- udpong: datagram rsockets (the server never exits) ---
+for mode in n b; do
+	for s in 64 1000 2000; do
+		pair "udpong-$mode-$s" $port 60 0 "udpong -b $A -p $port -T $mode" "udpong -s $A -p $port -T $mode -S $s -C 2000"
+		port=$((port+1))
+	done
+done
+
+# --- rcopy: a file arrives byte-identical ---
+if want rcopy; then
+	head -c 3000000 /dev/urandom > "$out/rcopy.src"
+	pair rcopy $port 60 0 "rcopy -p $port" "rcopy $PWD/$out/rcopy.src $A:$PWD/$out/rcopy.dst -p $port"
+	if cmp -s "$out/rcopy.src" "$out/rcopy.dst"; then ok "rcopy file identical (cmp)"
+	else ko "rcopy file identical (cmp)" "files differ or missing"; fi
+	port=$((port+1))
+fi
+
+# --- the preload library: unmodified TCP programs ---
+if [ -e "$P" ]; then
+	pair preload-echo $port 60 1 "build/rsocket/echo server $port" "build/rsocket/echo client $A $port 20000000" \
+		"LD_PRELOAD=$P"
+	port=$((port+1))
+	# the same, traced: the program's socket calls must have become rsocket calls
+	pair preload-echo-traced $port 60 1 "build/rsocket/echo server $port" "build/rsocket/echo client $A $port 100000" \
+		"LD_PRELOAD=$P RDMACM_RS_TRACE=$PWD/$out/echo.trace"
+	if want preload-echo-traced; then
+		if grep -q " rsocket(2, 1, 0) = " "$out/echo.trace" 2>/dev/null && grep -q " raccept(" "$out/echo.trace"; then
+			ok "preload-echo went over rsockets (traced)"
+		else
+			ko "preload-echo went over rsockets (traced)" "no rsocket/raccept call in the trace"
+		fi
+	fi
+	port=$((port+1))
+	pair preload-iperf3 $port 90 1 "iperf3 -s -1 -B $A -p $port" "iperf3 -c $A -p $port -t 3" "LD_PRELOAD=$P"
+	port=$((port+1))
+	pair preload-iperf3-reverse $port 90 1 "iperf3 -s -1 -B $A -p $port" "iperf3 -c $A -p $port -t 2 -R -P 2" "LD_PRELOAD=$P"
+	port=$((port+1))
+else
+	ko preload "build/lib/librspreload.so missing"
+fi
+
+echo "(ports $BASE..$((BASE+399)); logs in $out)"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
