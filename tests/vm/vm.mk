@@ -10,6 +10,9 @@
 
 VM_DIR            := tests/vm
 VM_RUN            := $(VM_DIR)/run-in-guest.sh
+# One boot runs every section; under TCG on a busy 2-core host that can pass
+# 10 minutes (about 6.5 on a quiet one), so the guest gets 25.
+export QRXE_TIMEOUT ?= 1500
 VM_RESULTS        ?= $(CURDIR)/build/vm-results
 # 1: every check of ours must pass (the kernel backend, issue 3);
 # 0: our library's failures are reported as expected failures.
