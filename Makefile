@@ -49,7 +49,7 @@ lib: staticlib librdmacm.map
 check-map:
 	tools/gen-map.sh && git diff --exit-code -- librdmacm.map
 
-test: all test-rust test-abi test-c test-softverbs test-soft test-vm test-rsocket
+test: all test-rust test-abi test-c test-softverbs test-soft test-vm
 
 test-rust:
 	$(CARGO) test --workspace
