@@ -157,6 +157,20 @@ pub fn gather(pd: u64, sges: &[ibv_sge]) -> Result<Vec<u8>, LocalErr> {
     Ok(out)
 }
 
+/// Runs `f` on the bytes named by a local scatter/gather list, in place (send side: no
+/// access bit needed), while the key table's read lock keeps them registered.
+pub fn with_gather<R>(pd: u64, sges: &[ibv_sge], f: impl FnOnce(&[&[u8]]) -> R) -> Result<R, LocalErr> {
+    let k = keys_read();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(sges.len());
+    for s in sges.iter().filter(|s| s.length > 0) {
+        let (mr, off) = local_mr(&k, pd, s, 0)?;
+        // SAFETY: [addr+off, +length) lies inside a registered MR (checked above) and the
+        // read lock keeps it registered until `f` returns.
+        parts.push(unsafe { std::slice::from_raw_parts((mr.addr + off) as *const u8, s.length as usize) });
+    }
+    Ok(f(&parts))
+}
+
 /// Total capacity of a scatter list.
 pub fn capacity(sges: &[ibv_sge]) -> u64 {
     sges.iter().map(|s| s.length as u64).sum()
@@ -215,6 +229,15 @@ pub fn remote_write(pd: u64, rkey: u32, addr: u64, data: &[u8]) -> Result<(), Re
     // SAFETY: checked: inside a registered MR with REMOTE_WRITE, lock held.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (mr.addr + off) as *mut u8, data.len()) };
     Ok(())
+}
+
+/// Checks a remote access of `[addr, addr+len)` with access bits `need` and runs `f` on
+/// its start address while the key table's read lock keeps the MR registered. `f` may
+/// access only that range.
+pub fn with_remote<R>(pd: u64, rkey: u32, addr: u64, len: u64, need: u32, f: impl FnOnce(*mut u8) -> R) -> Result<R, RemoteErr> {
+    let k = keys_read();
+    let (mr, off) = remote_mr(&k, pd, rkey, addr, len, need)?;
+    Ok(f((mr.addr + off) as *mut u8))
 }
 
 /// RDMA READ at the responder.

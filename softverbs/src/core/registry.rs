@@ -4,36 +4,46 @@
 //! application sees, which lives inside it) alive while a call uses it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
+/// Read-mostly (every verb looks its handle up; only create/destroy write), so threads
+/// polling different CQs do not serialise on it.
 pub struct Table<T> {
-    map: Mutex<HashMap<usize, Arc<T>>>,
+    map: RwLock<HashMap<usize, Arc<T>>>,
 }
 
 impl<T> Default for Table<T> {
     fn default() -> Self {
-        Table { map: Mutex::new(HashMap::new()) }
+        Table { map: RwLock::new(HashMap::new()) }
     }
 }
 
 impl<T> Table<T> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<usize, Arc<T>>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<usize, Arc<T>>> {
+        self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn insert<P>(&self, ptr: *const P, obj: Arc<T>) {
-        lock(&self.map).insert(ptr as usize, obj);
+        self.write().insert(ptr as usize, obj);
     }
 
     pub fn get<P>(&self, ptr: *const P) -> Option<Arc<T>> {
         if ptr.is_null() {
             return None;
         }
-        lock(&self.map).get(&(ptr as usize)).cloned()
+        self.read().get(&(ptr as usize)).cloned()
     }
 
     pub fn remove<P>(&self, ptr: *const P) -> Option<Arc<T>> {
-        lock(&self.map).remove(&(ptr as usize))
+        self.write().remove(&(ptr as usize))
     }
 
     pub fn values(&self) -> Vec<Arc<T>> {
-        lock(&self.map).values().cloned().collect()
+        self.read().values().cloned().collect()
     }
 }
 
@@ -41,4 +51,13 @@ impl<T> Table<T> {
 /// at the C boundary, and the protected state stays structurally valid.
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Non-blocking [`lock`]: `None` while another thread holds the mutex.
+pub fn try_lock<T>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }

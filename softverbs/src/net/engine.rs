@@ -3,20 +3,26 @@
 //! waits in `epoll_wait` (no timeout while idle; 5 ms ticks only while an RC request waits
 //! for a receive with a finite RNR budget).
 //!
-//! RC: each requester QP opens its own TCP connection to the responder's context
-//! (lazily, on its first transmission) and sends `Hello` first; the responder answers each
-//! request on that same connection. So every QP pair uses up to two connections, one per
-//! direction of requests, and nobody has to agree on who connects. Writes never block:
-//! what the socket does not take is queued and flushed on `EPOLLOUT`.
+//! RC: a requester QP opens a TCP connection to the responder's context (lazily, on its
+//! first transmission) and sends `Hello` first; the responder answers each request on that
+//! same connection, and sends its own QP's requests back on it too when it has none yet (so
+//! a QP pair normally shares one connection; if both sides open at once they keep two, and
+//! nobody has to agree on who connects). Writes never block: what the socket does not take
+//! is queued and flushed on `EPOLLOUT`.
+//!
+//! Progress: the progress thread, or — polling-driven progress — any application thread
+//! in `ibv_poll_cq` on an empty CQ ([`Transport::progress`]: the same handlers, never
+//! waiting for a lock another thread holds). While applications poll, the progress thread
+//! parks outside `epoll_wait` (see `park_while_polled`).
 //!
 //! Every received frame goes through `frame::decode` first; a malformed frame is counted
 //! and dropped (and a stream that carried one is closed, since it cannot be re-synchronised).
 
 use super::addr::{from_raw, to_storage};
-use super::frame::{decode, DecodeError, Op, HDR_LEN};
+use super::frame::{decode, DecodeError, Header, Op, HDR_LEN};
 use super::{Link, Transport};
 use crate::core::context::Context;
-use crate::core::registry::lock;
+use crate::core::registry::{lock, try_lock};
 use crate::qp::{requester, responder, ud, Qp};
 use crate::sys::{cerr, owned, Errno, Result};
 use std::collections::{HashMap, VecDeque};
@@ -30,6 +36,8 @@ const T_WAKE: u64 = 1;
 const T_LISTEN: u64 = 2;
 const T_UDP: u64 = 3;
 const T_FIRST_CONN: u64 = 16;
+/// Progress passes per millisecond that mean "an application is busy-polling".
+const PARK_POLLS: u64 = 8;
 
 pub struct Engine {
     port: u16,
@@ -39,9 +47,18 @@ pub struct Engine {
     udp: OwnedFd,
     v6: bool,
     conns: Mutex<HashMap<u64, Arc<TcpLink>>>,
+    /// The datagram receive buffer; its lock also keeps UD arrivals in order when the
+    /// progress thread and a polling application thread both receive.
+    udp_rx: Mutex<Vec<u8>>,
     next_token: AtomicU64,
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Progress passes made by polling application threads (`Transport::progress`).
+    polls: AtomicU64,
+    /// Parked flag and held responses, shared with the links.
+    shared: Arc<Shared>,
+    kicked: AtomicBool,
+    engine_thread: std::sync::OnceLock<std::thread::Thread>,
     malformed: AtomicU64,
 }
 
@@ -131,9 +148,19 @@ impl Engine {
             udp,
             v6,
             conns: Mutex::new(HashMap::new()),
+            udp_rx: Mutex::new(vec![0u8; 65536]),
             next_token: AtomicU64::new(T_FIRST_CONN),
             stopping: AtomicBool::new(false),
             thread: Mutex::new(None),
+            polls: AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                parked: AtomicBool::new(false),
+                pending: AtomicBool::new(false),
+                age: std::sync::atomic::AtomicU32::new(0),
+                held: Mutex::new(Vec::new()),
+            }),
+            kicked: AtomicBool::new(false),
+            engine_thread: std::sync::OnceLock::new(),
             malformed: AtomicU64::new(0),
         });
         let weak_ctx = Arc::downgrade(ctx);
@@ -147,6 +174,7 @@ impl Engine {
                 }
             })
             .map_err(|_| Errno::ENOMEM)?;
+        let _ = eng.engine_thread.set(h.thread().clone());
         *lock(&eng.thread) = Some(h);
         Ok(eng)
     }
@@ -158,10 +186,13 @@ impl Engine {
             fd,
             token,
             epfd: self.epfd.clone(),
+            shared: self.shared.clone(),
             role,
-            tx: Mutex::new(Tx { q: VecDeque::new(), off: 0, connecting, want_out: connecting }),
-            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None }),
+            tx: Mutex::new(Tx { q: VecDeque::new(), off: 0, connecting, want_out: connecting, corked: false, held: false }),
+            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None, direct: None, bulk: false }),
             dead: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
+            peer_qpn: std::sync::atomic::AtomicU32::new(NO_PEER),
         });
         lock(&self.conns).insert(token, link.clone());
         let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -177,10 +208,11 @@ impl Engine {
 
     fn run(self: &Arc<Self>, ctx: &Weak<Context>) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
-        let mut dgram = vec![0u8; 65536];
         while !self.stopping.load(Ordering::SeqCst) {
+            self.shared.flush_held();
             let ticking = ctx.upgrade().map(|c| c.rnr_timers.load(Ordering::SeqCst) > 0).unwrap_or(false);
             let timeout = if ticking { 5 } else { -1 };
+            let polls_before = self.polls.load(Ordering::SeqCst);
             // SAFETY: events is a live buffer of 64 entries.
             let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout) };
             if n < 0 {
@@ -190,28 +222,74 @@ impl Engine {
                 break;
             }
             let Some(c) = ctx.upgrade() else { break };
-            for ev in events.iter().take(n as usize) {
-                let (flags, token) = (ev.events, ev.u64);
-                match token {
-                    T_WAKE => {
+            let any = self.handle(&c, &events[..n as usize], true);
+            if ticking {
+                responder::tick(&c);
+            }
+            let polled = self.polls.load(Ordering::SeqCst).wrapping_sub(polls_before);
+            if polled >= PARK_POLLS || (!any && polled > 0) {
+                self.park_while_polled(&c);
+            }
+        }
+    }
+
+    /// An application thread is busy-polling (it made progress passes meanwhile, or took
+    /// this wake-up's work): it drives the progress itself. Staying in `epoll_wait` would
+    /// only make the scheduler run this thread (preempting a poller, contending for its
+    /// locks) on every arrival, so sleep in 1 ms steps for as long as polls keep coming
+    /// (≥ `PARK_POLLS` per step), then go back to `epoll_wait`. `kick` (arming a CQ for
+    /// events, stop) ends the sleep at once.
+    fn park_while_polled(&self, c: &Arc<Context>) {
+        self.shared.parked.store(true, Ordering::SeqCst);
+        while !self.stopping.load(Ordering::SeqCst) && !self.kicked.swap(false, Ordering::SeqCst) {
+            let seen = self.polls.load(Ordering::SeqCst);
+            std::thread::park_timeout(std::time::Duration::from_millis(1));
+            self.shared.flush_held();
+            if c.rnr_timers.load(Ordering::SeqCst) > 0 {
+                responder::tick(c);
+            }
+            if self.polls.load(Ordering::SeqCst).wrapping_sub(seen) < PARK_POLLS {
+                break;
+            }
+        }
+        self.shared.parked.store(false, Ordering::SeqCst);
+        self.shared.flush_held();
+    }
+
+    /// Handles ready events. `engine`: called by the progress thread (may wait for a lock);
+    /// otherwise by a polling application thread, which skips what another thread is
+    /// already handling. Returns true if anything was handled.
+    fn handle(&self, c: &Arc<Context>, events: &[libc::epoll_event], engine: bool) -> bool {
+        let mut any = false;
+        for ev in events {
+            let (flags, token) = (ev.events, ev.u64);
+            match token {
+                T_WAKE => {
+                    if engine {
                         let mut v = 0u64;
                         // SAFETY: reads 8 bytes into a live u64 from our nonblocking eventfd.
                         unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
                     }
-                    T_LISTEN => self.accept_all(),
-                    T_UDP => self.recv_datagrams(&c, &mut dgram),
-                    t => {
-                        let link = lock(&self.conns).get(&t).cloned();
-                        if let Some(l) = link {
-                            self.on_conn_event(&c, &l, flags);
-                        }
+                }
+                T_LISTEN => {
+                    self.accept_all();
+                    any = true;
+                }
+                T_UDP => {
+                    let g = if engine { Some(lock(&self.udp_rx)) } else { try_lock(&self.udp_rx) };
+                    if let Some(mut buf) = g {
+                        any |= self.recv_datagrams(c, &mut buf);
+                    }
+                }
+                t => {
+                    let link = lock(&self.conns).get(&t).cloned();
+                    if let Some(l) = link {
+                        any |= self.on_conn_event(c, &l, flags, engine);
                     }
                 }
             }
-            if ticking {
-                responder::tick(&c);
-            }
         }
+        any
     }
 
     fn accept_all(&self) {
@@ -225,8 +303,10 @@ impl Engine {
         }
     }
 
-    fn recv_datagrams(&self, ctx: &Arc<Context>, buf: &mut [u8]) {
-        loop {
+    fn recv_datagrams(&self, ctx: &Arc<Context>, buf: &mut [u8]) -> bool {
+        let mut any = false;
+        // Bounded like a link's read pass; level-triggered epoll reports the rest.
+        for _ in 0..64 * MAX_READS {
             // SAFETY: sockaddr_storage is plain data.
             let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
             let mut flen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -235,8 +315,9 @@ impl Engine {
                 libc::recvfrom(self.udp.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT, &mut from as *mut _ as *mut libc::sockaddr, &mut flen)
             };
             if n < 0 {
-                return;
+                return any;
             }
+            any = true;
             let data = &buf[..n as usize];
             match decode(data) {
                 Ok((h, total)) if total == data.len() && h.op == Op::UdSend => {
@@ -249,16 +330,32 @@ impl Engine {
                 }
             }
         }
+        any
     }
 
-    fn on_conn_event(&self, ctx: &Arc<Context>, link: &Arc<TcpLink>, flags: u32) {
+    fn on_conn_event(&self, ctx: &Arc<Context>, link: &Arc<TcpLink>, flags: u32, engine: bool) -> bool {
         let mut down = false;
-        if flags & libc::EPOLLOUT as u32 != 0 && link.on_writable().is_err() {
-            down = true;
+        let mut any = false;
+        if flags & libc::EPOLLOUT as u32 != 0 {
+            match link.on_writable(engine) {
+                Ok(drained) => {
+                    any |= drained;
+                    if drained {
+                        if let Role::Outbound(q) = &link.role {
+                            if let Some(qp) = q.upgrade() {
+                                let as_dyn: Arc<dyn Link> = link.clone();
+                                requester::on_drained(&qp, &as_dyn);
+                            }
+                        }
+                        link.settle();
+                    }
+                }
+                Err(()) => down = true,
+            }
         }
         if !down && flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32 != 0 {
-            match link.read_frames(ctx) {
-                Ok(()) => {}
+            match link.read_frames(ctx, engine) {
+                Ok(did) => any |= did,
                 Err(malformed) => {
                     if malformed {
                         self.malformed.fetch_add(1, Ordering::Relaxed);
@@ -269,27 +366,28 @@ impl Engine {
         }
         if down {
             self.link_down(link);
+            any = true;
         }
+        any
     }
 
     fn link_down(&self, link: &Arc<TcpLink>) {
+        if link.reported.swap(true, Ordering::SeqCst) {
+            return;
+        }
         lock(&self.conns).remove(&link.token);
         // SAFETY: deregistering our own fd; a null event is allowed for DEL.
         unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, link.fd.as_raw_fd(), std::ptr::null_mut()) };
         link.dead.store(true, Ordering::SeqCst);
         let as_dyn: Arc<dyn Link> = link.clone();
-        match &link.role {
-            Role::Outbound(q) => {
-                if let Some(qp) = q.upgrade() {
-                    requester::on_link_down(&qp, &as_dyn);
-                }
-            }
-            Role::Inbound => {
-                let bound = lock(&link.rx).bound.clone();
-                if let Some(qp) = bound.and_then(|w| w.upgrade()) {
-                    responder::on_link_down(&qp, &as_dyn);
-                }
-            }
+        let local = match &link.role {
+            Role::Outbound(q) => q.upgrade(),
+            Role::Inbound => lock(&link.rx).bound.clone().and_then(|w| w.upgrade()),
+        };
+        // A link may carry requests and responses both ways (see `Link::peer_qpn`).
+        if let Some(qp) = local {
+            requester::on_link_down(&qp, &as_dyn);
+            responder::on_link_down(&qp, &as_dyn);
         }
     }
 }
@@ -327,6 +425,9 @@ impl Transport for Engine {
 
     fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        if let Some(t) = self.engine_thread.get() {
+            t.unpark();
+        }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.
         unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
@@ -336,6 +437,7 @@ impl Transport for Engine {
                 let _ = h.join();
             }
         }
+        lock(&self.shared.held).clear();
         let links: Vec<Arc<TcpLink>> = lock(&self.conns).drain().map(|(_, l)| l).collect();
         for l in links {
             l.dead.store(true, Ordering::SeqCst);
@@ -347,6 +449,96 @@ impl Transport for Engine {
     fn malformed(&self) -> u64 {
         self.malformed.load(Ordering::Relaxed)
     }
+
+    fn progress(&self, ctx: &Arc<Context>) -> bool {
+        if self.stopping.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        self.shared.flush_held();
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        // SAFETY: events is a live buffer of 16 entries; timeout 0 never blocks.
+        let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 16, 0) };
+        if n <= 0 {
+            return false;
+        }
+        self.handle(ctx, &events[..n as usize], false)
+    }
+
+    fn flush_held(&self) {
+        self.shared.flush_held_aged();
+    }
+
+    fn kick(&self) {
+        self.shared.flush_held();
+        if self.shared.parked.load(Ordering::SeqCst) {
+            self.kicked.store(true, Ordering::SeqCst);
+            if let Some(t) = self.engine_thread.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// What the engine shares with its links.
+struct Shared {
+    /// The progress thread sleeps outside `epoll_wait` because applications poll.
+    parked: AtomicBool,
+    /// `held` is non-empty.
+    pending: AtomicBool,
+    /// `ibv_poll_cq` calls since responses were last held.
+    age: std::sync::atomic::AtomicU32,
+    /// Links whose responses a polling thread held back at the end of its read pass:
+    /// the application usually answers at once (ping-pong), and its request then leaves
+    /// in the same `sendmsg` as our ACK. Flushed by the next verbs poll/arm, progress pass,
+    /// or the parked progress thread (≤ 1 ms).
+    held: Mutex<Vec<Arc<TcpLink>>>,
+}
+
+thread_local! {
+    /// The engine this thread last held responses on.
+    static HOLDER: std::cell::RefCell<Option<Weak<Shared>>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Shared {
+    /// From `ibv_poll_cq`: held responses may wait while the application takes the
+    /// completions of the pass that held them (typically: send completion, then the
+    /// receive it answers by posting) but not longer. A thread that moves on to another
+    /// context's CQ (e.g. both ends of a connection in one thread) releases what it held.
+    fn flush_held_aged(self: &Arc<Self>) {
+        let other = HOLDER.with(|h| {
+            let mut h = h.borrow_mut();
+            match h.as_ref() {
+                Some(w) if !std::ptr::eq(w.as_ptr(), Arc::as_ptr(self)) => h.take().and_then(|w| w.upgrade()),
+                _ => None,
+            }
+        });
+        if let Some(o) = other {
+            o.flush_held();
+        }
+        if self.pending.load(Ordering::SeqCst) && self.age.fetch_add(1, Ordering::SeqCst) >= HOLD_POLLS {
+            self.flush_held();
+        }
+    }
+
+    fn flush_held(&self) {
+        if !self.pending.load(Ordering::SeqCst) || !self.pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let links = std::mem::take(&mut *lock(&self.held));
+        for l in links {
+            let mut tx = lock(&l.tx);
+            if !tx.held {
+                continue;
+            }
+            tx.held = false;
+            if !tx.connecting && !tx.corked && l.flush(&mut tx).is_err() {
+                // SAFETY: shutting down our own socket; the engine reports it down.
+                unsafe { libc::shutdown(l.fd.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+            l.want_out(&mut tx);
+        }
+    }
 }
 
 enum Role {
@@ -357,27 +549,72 @@ enum Role {
 }
 
 struct Tx {
+    /// Bytes the socket did not take yet, in order (`off` into the front one).
     q: VecDeque<Vec<u8>>,
     off: usize,
     connecting: bool,
+    /// EPOLLOUT is registered (the socket was full, or still connecting).
     want_out: bool,
+    /// During a read pass, responses queue here and leave together in one `sendmsg` at
+    /// the end of the pass.
+    corked: bool,
+    /// Queued responses held back after a polling thread's read pass (see `Shared`).
+    held: bool,
 }
 
+/// Receive staging size (the least free space asked of each `recv`). Large WRITE
+/// payloads bypass it (direct placement); a buffered frame larger than this grows the
+/// buffer for its duration only.
+const RX_CHUNK: usize = 64 << 10;
+/// WRITE payloads at least this long go straight from the socket into the MR.
+const DIRECT_MIN: u32 = 8 << 10;
+/// Most queued response bytes a polling thread holds back (a few ACKs).
+const HOLD_MAX: usize = 1024;
+/// `ibv_poll_cq` calls held responses may wait through.
+const HOLD_POLLS: u32 = 2;
+/// Most `recv`s of one read pass of a link.
+const MAX_READS: u32 = 16;
+/// Most queued frames one `writev` takes.
+const MAX_IOV: usize = 64;
+
 struct Rx {
+    /// Received bytes; frames start at `start`.
     buf: Vec<u8>,
     start: usize,
     bound: Option<Weak<Qp>>,
+    /// A WRITE whose payload is being received straight into the responder's MR.
+    direct: Option<Direct>,
+    /// The last frame went direct: at a frame boundary read just the next header first,
+    /// so a following large WRITE's payload is not staged (and copied) either.
+    bulk: bool,
+}
+
+struct Direct {
+    qp: Arc<Qp>,
+    h: Header,
+    /// Payload bytes placed (or discarded) so far.
+    done: usize,
+    /// False once an access check failed mid-way: the rest is read and discarded, then
+    /// NAKed.
+    ok: bool,
 }
 
 pub struct TcpLink {
     fd: OwnedFd,
     token: u64,
     epfd: Arc<OwnedFd>,
+    shared: Arc<Shared>,
     role: Role,
     tx: Mutex<Tx>,
     rx: Mutex<Rx>,
     dead: AtomicBool,
+    /// Reported down once (by whichever thread saw it first).
+    reported: AtomicBool,
+    /// Inbound: the QPN the `Hello` named as its source (`NO_PEER` before it).
+    peer_qpn: std::sync::atomic::AtomicU32,
 }
+
+const NO_PEER: u32 = u32::MAX;
 
 impl TcpLink {
     fn events(&self, out: bool) {
@@ -388,32 +625,96 @@ impl TcpLink {
         epoll_mod(self.epfd.as_raw_fd(), self.fd.as_raw_fd(), ev, self.token);
     }
 
-    /// Writes queued frames until the socket is full. Err on a broken socket.
-    fn flush(&self, tx: &mut Tx) -> std::result::Result<(), ()> {
-        while let Some(front) = tx.q.front() {
-            let rest = &front[tx.off..];
-            // SAFETY: rest is a live slice; MSG_NOSIGNAL avoids SIGPIPE.
-            let n = unsafe { libc::send(self.fd.as_raw_fd(), rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-            if n < 0 {
-                let e = Errno::last().0;
-                if e == libc::EAGAIN || e == libc::EINTR {
-                    return Ok(());
-                }
-                tx.q.clear();
-                tx.off = 0;
-                return Err(());
+    /// Registers EPOLLOUT exactly while bytes wait (or the connect is pending).
+    fn want_out(&self, tx: &mut Tx) {
+        let want = tx.connecting || (!tx.q.is_empty() && !tx.corked && !tx.held);
+        if want != tx.want_out {
+            tx.want_out = want;
+            self.events(want);
+        }
+    }
+
+    /// One `sendmsg` of the queued bytes followed by `extra`. Returns how many bytes of
+    /// `extra` the socket took (the queue is consumed first) and whether it took all it was
+    /// offered; Err on a broken socket.
+    fn write_out(&self, tx: &mut Tx, extra: &[&[u8]]) -> std::result::Result<(usize, bool), ()> {
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2 * MAX_IOV];
+        let mut cnt = 0usize;
+        let mut offered = 0usize;
+        for (i, f) in tx.q.iter().take(MAX_IOV).enumerate() {
+            let s = if i == 0 { &f[tx.off..] } else { &f[..] };
+            offered += s.len();
+            iov[cnt] = libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() };
+            cnt += 1;
+        }
+        // `extra` (header + at most 32 SGEs) goes along when the whole queue fits.
+        let all_queue = tx.q.len() <= MAX_IOV && extra.len() <= MAX_IOV;
+        if all_queue {
+            for s in extra.iter().filter(|s| !s.is_empty()) {
+                offered += s.len();
+                iov[cnt] = libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() };
+                cnt += 1;
             }
-            tx.off += n as usize;
-            if tx.off == front.len() {
+        }
+        if cnt == 0 {
+            return Ok((0, true));
+        }
+        // SAFETY: msghdr is plain data.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = cnt as _;
+        // SAFETY: every iovec points into a live slice (queue entries or `extra`) that
+        // outlives the call; MSG_NOSIGNAL avoids SIGPIPE.
+        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = Errno::last().0;
+            if e == libc::EAGAIN || e == libc::EINTR {
+                return Ok((0, false));
+            }
+            tx.q.clear();
+            tx.off = 0;
+            return Err(());
+        }
+        let complete = n as usize == offered;
+        let mut n = n as usize;
+        while n > 0 {
+            let Some(front) = tx.q.front() else { break };
+            let rest = front.len() - tx.off;
+            if n >= rest {
+                n -= rest;
                 tx.q.pop_front();
                 tx.off = 0;
+            } else {
+                tx.off += n;
+                n = 0;
+            }
+        }
+        Ok((if all_queue { n } else { 0 }, complete))
+    }
+
+    /// Writes queued bytes until the socket is full. Err on a broken socket.
+    fn flush(&self, tx: &mut Tx) -> std::result::Result<(), ()> {
+        while !tx.q.is_empty() {
+            let (_, complete) = self.write_out(tx, &[])?;
+            if !complete {
+                // The socket is full.
+                break;
             }
         }
         Ok(())
     }
 
-    fn on_writable(&self) -> std::result::Result<(), ()> {
-        let mut tx = lock(&self.tx);
+    /// The socket is writable (or the connect finished). `Ok(drained)`: the queue just
+    /// emptied, so an outbound link's owner may transmit more.
+    fn on_writable(&self, engine: bool) -> std::result::Result<bool, ()> {
+        let mut tx = if engine {
+            lock(&self.tx)
+        } else {
+            match try_lock(&self.tx) {
+                Some(g) => g,
+                None => return Ok(false),
+            }
+        };
         if tx.connecting {
             let mut err: i32 = 0;
             let mut len = 4 as libc::socklen_t;
@@ -424,99 +725,303 @@ impl TcpLink {
             }
             tx.connecting = false;
         }
-        self.flush(&mut tx)?;
-        if tx.q.is_empty() && tx.want_out {
-            tx.want_out = false;
-            self.events(false);
+        if tx.corked {
+            return Ok(false);
         }
-        Ok(())
+        self.flush(&mut tx)?;
+        let drained = tx.q.is_empty();
+        if !drained || matches!(self.role, Role::Inbound) {
+            self.want_out(&mut tx);
+        }
+        // Drained outbound: EPOLLOUT stays registered until `settle`, after the owner had
+        // its chance to transmit more (usually refilling the socket at once).
+        Ok(drained)
     }
 
-    /// Reads what is available and dispatches every complete frame. Err(malformed?) when
-    /// the stream must be closed.
-    fn read_frames(self: &Arc<Self>, ctx: &Arc<Context>) -> std::result::Result<(), bool> {
-        let mut rx = lock(&self.rx);
+    /// Brings the EPOLLOUT registration up to date.
+    fn settle(&self) {
+        let mut tx = lock(&self.tx);
+        self.want_out(&mut tx);
+    }
+
+    /// Starts or ends a read pass's cork. Ending it with `hold`: leave small queued
+    /// responses for the next write on this link or `Shared::flush_held`.
+    fn set_cork(self: &Arc<Self>, on: bool, hold: bool) -> std::result::Result<(), ()> {
+        let mut tx = lock(&self.tx);
+        tx.corked = on;
+        if on || tx.connecting || tx.q.is_empty() {
+            return Ok(());
+        }
+        if hold && !tx.want_out && tx.q.iter().map(|f| f.len()).sum::<usize>() <= HOLD_MAX {
+            if !tx.held {
+                tx.held = true;
+                lock(&self.shared.held).push(self.clone());
+            }
+            self.shared.age.store(0, Ordering::SeqCst);
+            self.shared.pending.store(true, Ordering::SeqCst);
+            drop(tx);
+            let prev = HOLDER.with(|h| h.borrow_mut().replace(Arc::downgrade(&self.shared)));
+            if let Some(p) = prev.and_then(|w| w.upgrade()) {
+                if !Arc::ptr_eq(&p, &self.shared) {
+                    p.flush_held();
+                }
+            }
+            // The progress thread may have stopped parking meanwhile (and flushed before
+            // our push): then nobody else would.
+            if !self.shared.parked.load(Ordering::SeqCst) {
+                self.shared.flush_held();
+            }
+            return Ok(());
+        }
+        let r = self.flush(&mut tx);
+        self.want_out(&mut tx);
+        r
+    }
+
+    /// Reads what is available and dispatches every complete frame. `Ok(any)`;
+    /// Err(malformed?) when the stream must be closed.
+    fn read_frames(self: &Arc<Self>, ctx: &Arc<Context>, engine: bool) -> std::result::Result<bool, bool> {
+        let mut rx = if engine {
+            lock(&self.rx)
+        } else {
+            match try_lock(&self.rx) {
+                Some(g) => g,
+                None => return Ok(false),
+            }
+        };
+        if self.set_cork(true, false).is_err() {
+            return Err(false);
+        }
+        let r = self.read_pass(ctx, &mut rx);
+        // A polling thread (the progress thread parked) may hold its ACKs back.
+        let hold = !engine && self.shared.parked.load(Ordering::SeqCst);
+        if self.set_cork(false, hold).is_err() {
+            return Err(false);
+        }
+        r
+    }
+
+    fn read_pass(self: &Arc<Self>, ctx: &Arc<Context>, rx: &mut Rx) -> std::result::Result<bool, bool> {
+        let mut got = false;
+        let mut drained = false;
         let mut eof = false;
+        let mut reads = 0;
         loop {
-            let mut chunk = [0u8; 65536];
-            // SAFETY: chunk is a live buffer of its length.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len(), libc::MSG_DONTWAIT) };
+            if rx.direct.is_some() {
+                if reads >= MAX_READS {
+                    return Ok(got);
+                }
+                reads += 1;
+                match self.recv_direct(rx) {
+                    Err(()) => return Err(false),
+                    Ok(None) => return Ok(got),
+                    Ok(Some(complete)) => {
+                        got = true;
+                        if !complete {
+                            // Short read: the socket is (nearly) empty.
+                            return Ok(got);
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Dispatch every complete frame in the buffer.
+            let mut pending = 0usize;
+            loop {
+                let Rx { buf, start, bound, direct, bulk } = &mut *rx;
+                let avail = &buf[*start..];
+                match decode(avail) {
+                    Ok((h, total)) => {
+                        *bulk = false;
+                        let ok = self.dispatch(ctx, bound, &h, &avail[HDR_LEN..total]);
+                        *start += total;
+                        if !ok {
+                            return Err(true);
+                        }
+                    }
+                    Err(DecodeError::Incomplete(total)) => {
+                        if avail.len() >= HDR_LEN {
+                            if let Some(d) = self.try_direct(bound, avail) {
+                                // The payload bytes already here went to the MR.
+                                *direct = Some(d);
+                                *bulk = true;
+                                buf.clear();
+                                *start = 0;
+                                break;
+                            }
+                        }
+                        pending = total;
+                        break;
+                    }
+                    Err(DecodeError::Malformed(_)) => return Err(true),
+                }
+            }
+            if rx.direct.is_some() {
+                continue;
+            }
+            if eof {
+                return Err(false);
+            }
+            if drained || reads >= MAX_READS {
+                // Level-triggered epoll reports the rest again: a busy stream cannot keep
+                // a polling application (or the other links) waiting.
+                return Ok(got);
+            }
+            reads += 1;
+            // Make room and read more.
+            if rx.start == rx.buf.len() {
+                rx.buf.clear();
+                rx.start = 0;
+                if rx.buf.capacity() > 4 * RX_CHUNK {
+                    rx.buf.shrink_to(RX_CHUNK);
+                }
+            } else if rx.start > 0 {
+                let s = rx.start;
+                rx.buf.copy_within(s.., 0);
+                let l = rx.buf.len() - s;
+                rx.buf.truncate(l);
+                rx.start = 0;
+            }
+            let want = RX_CHUNK.max(pending.saturating_sub(rx.buf.len()));
+            rx.buf.reserve(want);
+            let len = rx.buf.len();
+            let mut spare = rx.buf.capacity() - len;
+            if rx.bulk && len == 0 {
+                spare = HDR_LEN;
+            }
+            // SAFETY: writes at most `spare` bytes into the vector's spare capacity.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), rx.buf.as_mut_ptr().add(len).cast(), spare, libc::MSG_DONTWAIT) };
             if n == 0 {
                 eof = true;
-                break;
+                continue;
             }
             if n < 0 {
                 let e = Errno::last().0;
                 if e == libc::EAGAIN || e == libc::EINTR {
-                    break;
+                    return Ok(got);
                 }
                 return Err(false);
             }
-            rx.buf.extend_from_slice(&chunk[..n as usize]);
-            if (n as usize) < chunk.len() {
-                break;
+            // SAFETY: recv initialised n bytes after len.
+            unsafe { rx.buf.set_len(len + n as usize) };
+            got = true;
+            if (n as usize) < spare {
+                drained = true;
             }
         }
-        loop {
-            let start = rx.start;
-            match decode(&rx.buf[start..]) {
-                Ok((h, total)) => {
-                    let payload = rx.buf[start + HDR_LEN..start + total].to_vec();
-                    rx.start += total;
-                    if !self.dispatch(ctx, &mut rx, &h, payload) {
-                        return Err(true);
-                    }
-                }
-                Err(DecodeError::Incomplete(_)) => break,
-                Err(DecodeError::Malformed(_)) => return Err(true),
-            }
-        }
-        if rx.start > 0 {
-            let s = rx.start;
-            rx.buf.drain(..s);
-            rx.start = 0;
-        }
-        if eof {
-            return Err(false);
-        }
-        Ok(())
     }
 
-    fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, rx: &mut Rx, h: &super::frame::Header, payload: Vec<u8>) -> bool {
-        let me: Arc<dyn Link> = self.clone();
-        match &self.role {
-            Role::Outbound(q) => {
-                if !h.op.is_response() {
-                    return false;
-                }
-                if let Some(qp) = q.upgrade() {
-                    requester::on_response(&qp, &me, h, payload);
-                }
-                true
-            }
-            Role::Inbound => {
-                if h.op == Op::Hello {
-                    if rx.bound.is_some() {
-                        return false;
-                    }
-                    let qp = ctx.find_qp(h.dst_qpn);
-                    rx.bound = Some(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
-                    if let Some(qp) = qp {
-                        responder::on_hello(&qp, &me, h);
-                    }
-                    return true;
-                }
-                if !h.op.is_request() {
-                    return false;
-                }
-                let Some(bound) = rx.bound.clone() else { return false };
-                match bound.upgrade() {
-                    Some(qp) if qp.qpn == h.dst_qpn => responder::on_request(&qp, &me, h, payload),
-                    _ => responder::nak_no_qp(&me, h),
-                }
-                true
-            }
+    /// A WRITE frame whose header is here but whose payload is not (all) yet: if the
+    /// responder may execute it right now, start placing its payload straight into the
+    /// target memory (copying what `avail` already holds).
+    fn try_direct(self: &Arc<Self>, bound: &Option<Weak<Qp>>, avail: &[u8]) -> Option<Direct> {
+        let h = super::frame::decode_header(avail).ok()?;
+        if h.op != Op::Write || h.flags & super::frame::F_IMM != 0 || h.payload_len < DIRECT_MIN {
+            return None;
         }
+        let qp = match &self.role {
+            Role::Outbound(q) => q.upgrade()?,
+            Role::Inbound => bound.as_ref()?.upgrade()?,
+        };
+        if qp.qpn != h.dst_qpn {
+            return None;
+        }
+        let me: Arc<dyn Link> = self.clone();
+        if !responder::begin_direct(&qp, &me, &h) {
+            return None;
+        }
+        let have = &avail[HDR_LEN..];
+        let ok = responder::place_direct(&qp, &h, 0, have);
+        Some(Direct { qp, h, done: have.len(), ok })
+    }
+
+    /// Receives more of the direct WRITE. `Ok(None)`: nothing available; `Ok(Some(done))`.
+    fn recv_direct(self: &Arc<Self>, rx: &mut Rx) -> std::result::Result<Option<bool>, ()> {
+        let Some(d) = rx.direct.as_mut() else { return Ok(Some(true)) };
+        let len = d.h.payload_len as usize;
+        let fd = self.fd.as_raw_fd();
+        let n = if d.ok && !self.dead.load(Ordering::SeqCst) {
+            let want = len - d.done;
+            let (done, h) = (d.done, d.h);
+            let r = responder::recv_direct(&d.qp, &h, done, want, &mut |dst: *mut u8, n: usize| {
+                // SAFETY: dst..dst+n lies inside a checked MR while the key lock is held.
+                unsafe { libc::recv(fd, dst.cast(), n, libc::MSG_DONTWAIT) }
+            });
+            match r {
+                Some(n) => n,
+                None => {
+                    d.ok = false;
+                    return Ok(Some(false));
+                }
+            }
+        } else {
+            // Discarding: read into the staging buffer and drop.
+            rx.buf.clear();
+            rx.buf.reserve(RX_CHUNK);
+            let want = (len - d.done).min(rx.buf.capacity());
+            // SAFETY: at most `want` ≤ capacity bytes into the empty vector's buffer.
+            unsafe { libc::recv(fd, rx.buf.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) }
+        };
+        if n == 0 {
+            return Err(());
+        }
+        if n < 0 {
+            let e = Errno::last().0;
+            if e == libc::EAGAIN || e == libc::EINTR {
+                return Ok(None);
+            }
+            return Err(());
+        }
+        let want = len - d.done;
+        d.done += n as usize;
+        if d.done < len {
+            return Ok(Some((n as usize) == want));
+        }
+        let Some(d) = rx.direct.take() else { return Ok(Some(true)) };
+        let me: Arc<dyn Link> = self.clone();
+        responder::finish_direct(&d.qp, &me, &d.h, d.ok);
+        Ok(Some(true))
+    }
+
+    fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, bound: &mut Option<Weak<Qp>>, h: &Header, payload: &[u8]) -> bool {
+        let me: Arc<dyn Link> = self.clone();
+        if h.op == Op::Hello {
+            // Only as the first frame of an accepted connection.
+            if !matches!(self.role, Role::Inbound) || bound.is_some() {
+                return false;
+            }
+            let qp = ctx.find_qp(h.dst_qpn);
+            *bound = Some(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
+            self.peer_qpn.store(h.src_qpn, Ordering::SeqCst);
+            if let Some(qp) = qp {
+                responder::on_hello(&qp, &me, h);
+            }
+            return true;
+        }
+        // The local QP of this connection: the one that opened it, or the one its Hello
+        // named. Requests go to its responder, responses to its requester (which accepts
+        // them only on its own `out` link).
+        let local = match &self.role {
+            Role::Outbound(q) => q.upgrade(),
+            Role::Inbound => match bound {
+                Some(b) => b.upgrade(),
+                None => return false,
+            },
+        };
+        if h.op.is_response() {
+            if let Some(qp) = local {
+                requester::on_response(&qp, &me, h, payload);
+            }
+            return true;
+        }
+        if !h.op.is_request() {
+            return false;
+        }
+        match local {
+            Some(qp) if qp.qpn == h.dst_qpn => responder::on_request(&qp, &me, h, payload),
+            _ => responder::nak_no_qp(&me, h),
+        }
+        true
     }
 }
 
@@ -526,20 +1031,80 @@ impl Link for TcpLink {
             return;
         }
         let mut tx = lock(&self.tx);
+        // Write now unless earlier bytes wait for room (EPOLLOUT then sends these too).
+        let writable = tx.q.is_empty() || tx.held;
         tx.q.push_back(frame);
-        if !tx.connecting && tx.q.len() == 1 && self.flush(&mut tx).is_err() {
-            // The engine sees the broken socket and reports the link down.
-            // SAFETY: shutting down our own socket.
-            unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        if !tx.connecting && !tx.corked && writable {
+            if self.flush(&mut tx).is_err() {
+                // The engine sees the broken socket and reports the link down.
+                // SAFETY: shutting down our own socket.
+                unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+                return;
+            }
+            tx.held = false;
+        }
+        self.want_out(&mut tx);
+    }
+
+    fn send_parts(&self, parts: &[&[u8]]) {
+        if self.dead.load(Ordering::SeqCst) {
             return;
         }
-        if !tx.q.is_empty() && !tx.want_out {
-            tx.want_out = true;
-            self.events(true);
+        let mut tx = lock(&self.tx);
+        let mut took = 0;
+        if !tx.connecting {
+            match self.write_out(&mut tx, parts) {
+                Ok((n, _)) => {
+                    took = n;
+                    tx.held = false;
+                }
+                Err(()) => {
+                    // SAFETY: shutting down our own socket.
+                    unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+                    return;
+                }
+            }
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if took < total {
+            // Keep what the socket did not take (one copy of the rest only).
+            let mut rest = Vec::with_capacity(total - took);
+            let mut skip = took;
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                rest.extend_from_slice(&p[skip..]);
+                skip = 0;
+            }
+            tx.q.push_back(rest);
+        }
+        self.want_out(&mut tx);
+    }
+
+    fn backlog(&self) -> bool {
+        let tx = lock(&self.tx);
+        // Corked or held bytes are small responses: the next write takes them along.
+        !tx.connecting && !tx.corked && !tx.held && !tx.q.is_empty()
+    }
+
+    fn peer_qpn(&self) -> Option<u32> {
+        match self.peer_qpn.load(Ordering::SeqCst) {
+            NO_PEER => None,
+            q => Some(q),
         }
     }
 
     fn close(&self) {
+        // Responses queued by a read pass still corked (the ACK of the message whose
+        // completion made the application disconnect) leave before the FIN.
+        {
+            let mut tx = lock(&self.tx);
+            if !tx.connecting && !self.is_dead() {
+                let _ = self.flush(&mut tx);
+            }
+        }
         self.dead.store(true, Ordering::SeqCst);
         // SAFETY: shutting down our own socket; the engine then reports EOF and cleans up.
         unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };

@@ -223,6 +223,15 @@ impl Header {
         out.extend_from_slice(&self.dgid);
     }
 
+    /// The header bytes, as `encode_into` writes them.
+    pub fn to_bytes(&self) -> [u8; HDR_LEN] {
+        let mut v = Vec::with_capacity(HDR_LEN);
+        self.encode_into(&mut v);
+        let mut out = [0u8; HDR_LEN];
+        out.copy_from_slice(&v);
+        out
+    }
+
     /// A whole frame: header with `payload_len` set from `payload`, then the payload.
     pub fn frame(mut self, payload: &[u8]) -> Vec<u8> {
         self.payload_len = payload.len() as u32;
@@ -245,9 +254,9 @@ fn be64(b: &[u8], o: usize) -> u64 {
     u64::from_be_bytes(a)
 }
 
-/// Decodes the frame at the start of `buf`. On success returns the header and the total
-/// frame length (header + payload); the payload is `buf[HDR_LEN..total]`.
-pub fn decode(buf: &[u8]) -> Result<(Header, usize), DecodeError> {
+/// The validated header at the start of `buf`, whose payload may still be missing (the
+/// checks of [`decode`]; `Incomplete(HDR_LEN)` while the header itself is short).
+pub fn decode_header(buf: &[u8]) -> Result<Header, DecodeError> {
     if buf.len() < HDR_LEN {
         // Reject garbage early when the prefix already shows it.
         if buf.len() >= 2 && be16(buf, 0) != MAGIC {
@@ -293,6 +302,13 @@ pub fn decode(buf: &[u8]) -> Result<(Header, usize), DecodeError> {
         dgid,
     };
     h.validate().map_err(DecodeError::Malformed)?;
+    Ok(h)
+}
+
+/// Decodes the frame at the start of `buf`. On success returns the header and the total
+/// frame length (header + payload); the payload is `buf[HDR_LEN..total]`.
+pub fn decode(buf: &[u8]) -> Result<(Header, usize), DecodeError> {
+    let h = decode_header(buf)?;
     let total = HDR_LEN + h.payload_len as usize;
     if buf.len() < total {
         return Err(DecodeError::Incomplete(total));

@@ -1,5 +1,6 @@
 //! How frames travel. The core talks to a [`Transport`] (one per context) and to
-//! [`Link`]s (one reliable, ordered byte stream per RC requester QP); the TCP/UDP engine in
+//! [`Link`]s (reliable, ordered byte streams, normally one per RC QP pair, carrying both
+//! QPs' requests and responses); the TCP/UDP engine in
 //! [`engine`] is the one implementation today. Incoming frames are handed to
 //! `crate::qp::{requester, responder, ud}` entry points, which a different engine (e.g. a
 //! RoCEv2 one) would call the same way.
@@ -18,6 +19,19 @@ use std::sync::{Arc, Weak};
 pub trait Link: Send + Sync {
     /// Queues a whole frame; never blocks. Frames sent on a dead link are dropped.
     fn send(&self, frame: Vec<u8>);
+    /// Sends one frame given as parts (header, then payload slices, e.g. straight from
+    /// registered memory): written now as far as the socket takes it, the rest copied and
+    /// queued. Never blocks.
+    fn send_parts(&self, parts: &[&[u8]]);
+    /// Bytes wait for the (connected) socket: the owner should hold further requests until
+    /// the engine reports the link drained (`requester::on_drained`). While the connect is
+    /// pending, frames simply queue.
+    fn backlog(&self) -> bool;
+    /// An accepted connection: the remote QP its `Hello` named. The local QP it is bound
+    /// to may send its own requests back on it (one connection per QP pair instead of
+    /// two, so a response and the next request share a `sendmsg`). Responses and requests
+    /// are told apart by opcode; each side's requests stay in order.
+    fn peer_qpn(&self) -> Option<u32>;
     /// Closes the stream (the engine then reports it down).
     fn close(&self);
     fn is_dead(&self) -> bool;
@@ -35,6 +49,15 @@ pub trait Transport: Send + Sync {
     fn stop(&self);
     /// Frames dropped because they failed validation.
     fn malformed(&self) -> u64;
+    /// One non-blocking progress pass on the calling thread (polling-driven progress):
+    /// handles whatever is ready right now, never waits. True if anything was handled.
+    fn progress(&self, ctx: &Arc<crate::core::context::Context>) -> bool;
+    /// The application is about to block (armed a CQ): the progress thread must be
+    /// waiting in `epoll_wait`, not sleeping because of earlier polling.
+    fn kick(&self);
+    /// Called by every `ibv_poll_cq`: sends responses a polling thread held back once they
+    /// waited through a couple of polls (cheap when there are none).
+    fn flush_held(&self);
 }
 
 #[cfg(test)]

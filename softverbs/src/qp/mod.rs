@@ -37,8 +37,10 @@ pub struct SendWqe {
     pub signaled: bool,
     /// The encoded request (header + payload) until transmitted.
     pub frame: Option<Vec<u8>>,
+    /// Or: the request header, its payload to be read from `local` at transmission.
+    pub gather: Option<Header>,
     pub psn: u32,
-    /// Local scatter list for READ/atomic results.
+    /// Local scatter list for READ/atomic results (or the SEND/WRITE gather list).
     pub local: Vec<ibv_sge>,
     pub len: u32,
     /// READ or atomic: uses one of `max_rd_atomic` slots while in flight.
@@ -208,6 +210,9 @@ impl Qp {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
+        if mask & IBV_QP_STATE != 0 && matches!(attr.qp_state, IBV_QPS_ERR | IBV_QPS_SQD | IBV_QPS_RESET) {
+            self.settle_wire();
+        }
         let mut st = lock(&self.st);
         let lim = state::Limits { max_rd_atom: MAX_RD_ATOM };
         let next = state::check(st.state, self.kind, attr, mask, &lim).map_err(|_| Errno::EINVAL)?;
@@ -290,6 +295,17 @@ impl Qp {
         attr.port_num = 1;
         attr.path_mtu = IBV_MTU_4096;
         st.attr = attr;
+    }
+
+    /// Before leaving RTS (a CM disconnect does it right after the last message):
+    /// responses held back for coalescing leave now, and responses already in our
+    /// sockets are handled, so a peer's ACK that arrived before its DREQ completes our
+    /// send successfully instead of being flushed, as on a real HCA.
+    fn settle_wire(&self) {
+        if let Some(n) = self.ctx.net() {
+            n.kick();
+            n.progress(&self.ctx);
+        }
     }
 
     /// Enter ERR: flush every WQE of both queues (signaled or not) with WR_FLUSH_ERR.

@@ -124,6 +124,7 @@ unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, E
         wc_opcode: wc_opcode(w.opcode),
         signaled,
         frame: None,
+        gather: None,
         psn,
         local: Vec::new(),
         len: 0,
@@ -135,6 +136,7 @@ unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, E
     }
     // SAFETY: reading the union member selected by the opcode of a valid WR.
     let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    let mut gather = false;
     let payload: Vec<u8> = match w.opcode {
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
             h.op = if matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) { Op::Send } else { Op::Write };
@@ -157,17 +159,12 @@ unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, E
                 wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
                 Vec::new()
             } else {
-                match mem::gather(qp.pd.id, &sges) {
-                    Ok(v) => v,
-                    Err(LocalErr::Prot) => {
-                        wqe.fail = Some(IBV_WC_LOC_PROT_ERR);
-                        Vec::new()
-                    }
-                    Err(LocalErr::Len) => {
-                        wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
-                        Vec::new()
-                    }
-                }
+                // Read from the registered memory at transmission (checked then, under
+                // the key lock), straight into the socket.
+                gather = true;
+                wqe.len = total as u32;
+                wqe.local = sges;
+                Vec::new()
             }
         }
         IBV_WR_RDMA_READ => {
@@ -200,10 +197,16 @@ unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, E
     wqe.len = match h.op {
         Op::ReadReq => h.aux as u32,
         Op::CmpSwap | Op::FetchAdd => 8,
+        _ if gather => wqe.len,
         _ => payload.len() as u32,
     };
     if wqe.fail.is_none() {
-        wqe.frame = Some(h.frame(&payload));
+        if gather {
+            h.payload_len = wqe.len;
+            wqe.gather = Some(h);
+        } else {
+            wqe.frame = Some(h.frame(&payload));
+        }
     }
     Ok(wqe)
 }
@@ -225,6 +228,12 @@ fn connect(qp: &Qp, st: &mut QpState) -> Option<Arc<dyn Link>> {
     // SAFETY: reading the raw bytes of a plain-data union.
     let dgid = unsafe { ah.grh.dgid.raw };
     let dqpn = st.attr.dest_qp_num & QPN_MASK;
+    // The peer QP already connected to us: send our requests back on its connection.
+    let reuse = st.in_links.iter().filter_map(|w| w.upgrade()).find(|l| !l.is_dead() && l.peer_qpn() == Some(dqpn));
+    if let Some(link) = reuse {
+        st.out = Some(link.clone());
+        return Some(link);
+    }
     let addr = peers::resolve(qp.ctx.peer(&dgid, dqpn), &dgid, dqpn, ah.is_global != 0)?;
     let link = qp.ctx.net()?.connect(addr, qp.me.clone()).ok()?;
     let mut hello = Header::new(Op::Hello);
@@ -262,9 +271,26 @@ pub fn pump(qp: &Qp, st: &mut QpState) {
                 }
             },
         };
+        if link.backlog() {
+            // The socket is full: the engine calls `on_drained` when it has room again,
+            // and the payload is read from memory then (no copy meanwhile).
+            return;
+        }
         let w = &mut st.sq[i];
         if let Some(f) = w.frame.take() {
             link.send(f);
+        } else if let Some(h) = w.gather.take() {
+            let hdr = h.to_bytes();
+            let sent = mem::with_gather(qp.pd.id, &w.local, |parts| {
+                let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                all.push(&hdr);
+                all.extend_from_slice(parts);
+                link.send_parts(&all);
+            });
+            if sent.is_err() {
+                w.fail = Some(IBV_WC_LOC_PROT_ERR);
+                continue;
+            }
         }
         if w.rd_atomic {
             st.rd_in_flight += 1;
@@ -285,7 +311,7 @@ fn status_of(s: Syndrome) -> ibv_wc_status {
 }
 
 /// A response arrived on `link`.
-pub fn on_response(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: Vec<u8>) {
+pub fn on_response(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: &[u8]) {
     let mut st = crate::core::registry::lock(&qp.st);
     match &st.out {
         Some(l) if Arc::ptr_eq(l, link) => {}
@@ -318,7 +344,7 @@ pub fn on_response(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: Vec<
     let local = std::mem::take(&mut st.sq[0].local);
     let placed = match h.op {
         Op::ReadResp if payload.len() as u32 != st.sq[0].len => Err(LocalErr::Len),
-        Op::ReadResp => mem::scatter(qp.pd.id, &local, &[&payload]),
+        Op::ReadResp => mem::scatter(qp.pd.id, &local, &[payload]),
         Op::AtomicResp => {
             let mut b = [0u8; 8];
             b.copy_from_slice(&payload[..8]);
@@ -360,6 +386,18 @@ fn first_bytes(sges: &[ibv_sge], mut n: u32) -> Vec<ibv_sge> {
         n -= take;
     }
     out
+}
+
+/// `link`'s socket took everything queued: transmit what waits.
+pub fn on_drained(qp: &Arc<Qp>, link: &Arc<dyn Link>) {
+    let mut st = crate::core::registry::lock(&qp.st);
+    match &st.out {
+        Some(l) if Arc::ptr_eq(l, link) => {}
+        _ => return,
+    }
+    if st.state == IBV_QPS_RTS {
+        pump(qp, &mut st);
+    }
 }
 
 /// The engine lost `link` (peer gone, refused, or closed by us).

@@ -49,7 +49,12 @@ fn nakked(st: &QpState, link: &Arc<dyn Link>) -> bool {
     st.nakked.iter().any(|x| x.ptr_eq(&w))
 }
 
-pub fn on_request(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: Vec<u8>) {
+/// Whether the responder executes requests in this state.
+fn serving(st: &QpState) -> bool {
+    matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_SQE)
+}
+
+pub fn on_request(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: &[u8]) {
     let mut st = lock(&qp.st);
     if nakked(&st, link) {
         return;
@@ -58,13 +63,23 @@ pub fn on_request(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: Vec<u
         nak_no_qp(link, h);
         return;
     }
-    st.inbound.push_back(Parked { h: *h, payload, link: link.clone(), deadline: None });
+    if st.inbound.is_empty() && serving(&st) {
+        // Nothing parked ahead of it: execute straight from the receive buffer.
+        if let Step::Park = step(qp, &mut st, h, payload, link, false) {
+            let p = Parked { h: *h, payload: payload.to_vec(), link: link.clone(), deadline: None };
+            park_front(qp, &mut st, p);
+        }
+        return;
+    }
+    st.inbound.push_back(Parked { h: *h, payload: payload.to_vec(), link: link.clone(), deadline: None });
     drain(qp, &mut st);
 }
 
 enum Outcome {
     /// Send this response.
     Done(Vec<u8>),
+    /// The response was sent already.
+    Sent,
     /// No receive posted: wait.
     NoRecv,
     /// NAK and drop the link's later requests.
@@ -89,8 +104,7 @@ fn local_status(e: LocalErr) -> ibv_wc_status {
 
 /// Executes one request. `Err(status)` = a local error at the responder: its receive
 /// completed with `status`; the QP must go to ERR and the requester gets a NAK.
-fn execute(qp: &Qp, st: &mut QpState, p: &Parked) -> Result<Outcome, Syndrome> {
-    let h = &p.h;
+fn execute(qp: &Qp, st: &mut QpState, h: &Header, payload: &[u8], link: &Arc<dyn Link>) -> Result<Outcome, Syndrome> {
     let access = st.attr.qp_access_flags;
     let pd = qp.pd.id;
     let rd_ok = st.attr.max_dest_rd_atomic > 0;
@@ -102,12 +116,12 @@ fn execute(qp: &Qp, st: &mut QpState, p: &Parked) -> Result<Outcome, Syndrome> {
             let mut c = wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, qp.qpn);
             c.src_qp = h.src_qpn;
             c.slid = h.src_lid;
-            if let Err(e) = mem::scatter(pd, &r.sges, &[&p.payload]) {
+            if let Err(e) = mem::scatter(pd, &r.sges, &[payload]) {
                 c.status = local_status(e);
                 qp.recv_cq.push(c, false);
                 return Err(if e == LocalErr::Len { Syndrome::RemInvReq } else { Syndrome::RemOp });
             }
-            c.byte_len = p.payload.len() as u32;
+            c.byte_len = payload.len() as u32;
             if h.flags & F_IMM != 0 {
                 c.wc_flags |= IBV_WC_WITH_IMM;
                 c.imm_data = h.imm;
@@ -128,7 +142,7 @@ fn execute(qp: &Qp, st: &mut QpState, p: &Parked) -> Result<Outcome, Syndrome> {
             } else {
                 None
             };
-            if mem::remote_write(pd, h.rkey, h.raddr, &p.payload).is_err() {
+            if mem::remote_write(pd, h.rkey, h.raddr, payload).is_err() {
                 if let Some(r) = r {
                     // The receive was not consumed by a successful write: give it back.
                     match &qp.srq {
@@ -144,7 +158,7 @@ fn execute(qp: &Qp, st: &mut QpState, p: &Parked) -> Result<Outcome, Syndrome> {
             }
             if let Some(r) = r {
                 let mut c = wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp.qpn);
-                c.byte_len = p.payload.len() as u32;
+                c.byte_len = payload.len() as u32;
                 c.wc_flags = IBV_WC_WITH_IMM;
                 c.imm_data = h.imm;
                 c.src_qp = h.src_qpn;
@@ -160,8 +174,20 @@ fn execute(qp: &Qp, st: &mut QpState, p: &Parked) -> Result<Outcome, Syndrome> {
             if access & IBV_ACCESS_REMOTE_READ == 0 {
                 return Ok(Outcome::Nak(Syndrome::RemAccess));
             }
-            match mem::remote_read(pd, h.rkey, h.raddr, h.aux) {
-                Ok(data) => Ok(Outcome::Done(response(Op::ReadResp, h, Syndrome::Ok).frame(&data))),
+            let mut resp = response(Op::ReadResp, h, Syndrome::Ok);
+            if h.aux == 0 {
+                return Ok(Outcome::Done(resp.frame(&[])));
+            }
+            resp.payload_len = h.aux as u32;
+            let hdr = resp.to_bytes();
+            // The response leaves straight from the MR (under the key lock).
+            let sent = mem::with_remote(pd, h.rkey, h.raddr, h.aux, IBV_ACCESS_REMOTE_READ, |src| {
+                // SAFETY: src..src+aux is inside the checked MR while the lock is held.
+                let data = unsafe { std::slice::from_raw_parts(src as *const u8, h.aux as usize) };
+                link.send_parts(&[&hdr, data]);
+            });
+            match sent {
+                Ok(()) => Ok(Outcome::Sent),
                 Err(_) => Ok(Outcome::Nak(Syndrome::RemAccess)),
             }
         }
@@ -183,7 +209,6 @@ fn execute(qp: &Qp, st: &mut QpState, p: &Parked) -> Result<Outcome, Syndrome> {
 }
 
 fn forget_link(qp: &Qp, st: &mut QpState, link: &Arc<dyn Link>) {
-    let before = st.inbound.len();
     let mut timers = 0;
     st.inbound.retain(|p| {
         let same = Arc::ptr_eq(&p.link, link);
@@ -192,78 +217,167 @@ fn forget_link(qp: &Qp, st: &mut QpState, link: &Arc<dyn Link>) {
         }
         !same
     });
-    let _ = before;
     if timers > 0 {
         qp.ctx.rnr_timers.fetch_sub(timers, Ordering::SeqCst);
     }
 }
 
-fn nak(qp: &Qp, st: &mut QpState, p: &Parked, syn: Syndrome) {
-    p.link.send(response(Op::Ack, &p.h, syn).frame(&[]));
+fn nak(qp: &Qp, st: &mut QpState, link: &Arc<dyn Link>, h: &Header, syn: Syndrome) {
+    link.send(response(Op::Ack, h, syn).frame(&[]));
     st.nakked.retain(|w| w.strong_count() > 0);
-    st.nakked.push(Arc::downgrade(&p.link));
-    forget_link(qp, st, &p.link);
+    st.nakked.push(Arc::downgrade(link));
+    forget_link(qp, st, link);
+}
+
+enum Step {
+    /// Handled; go on with the next request.
+    Next,
+    /// Handled; the QP failed.
+    Stop,
+    /// No receive: the request must wait (at the front).
+    Park,
+}
+
+/// Runs one request whose turn it is. `timed`: it held an RNR deadline (released here
+/// unless it parks again).
+fn step(qp: &Qp, st: &mut QpState, h: &Header, payload: &[u8], link: &Arc<dyn Link>, timed: bool) -> Step {
+    let release = |qp: &Qp| {
+        if timed {
+            qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
+        }
+    };
+    if link.is_dead() || nakked(st, link) {
+        release(qp);
+        return Step::Next;
+    }
+    if h.src_qpn != st.attr.dest_qp_num & 0x00ff_ffff {
+        nak_no_qp(link, h);
+        release(qp);
+        return Step::Next;
+    }
+    match execute(qp, st, h, payload, link) {
+        Ok(Outcome::Done(resp)) => {
+            release(qp);
+            link.send(resp);
+            Step::Next
+        }
+        Ok(Outcome::Sent) => {
+            release(qp);
+            Step::Next
+        }
+        Ok(Outcome::Silent) => {
+            release(qp);
+            link.send(response(Op::Ack, h, Syndrome::Ok).frame(&[]));
+            Step::Next
+        }
+        Ok(Outcome::Nak(syn)) => {
+            release(qp);
+            nak(qp, st, link, h, syn);
+            Step::Next
+        }
+        Ok(Outcome::NoRecv) => Step::Park,
+        Err(syn) => {
+            release(qp);
+            link.send(response(Op::Ack, h, syn).frame(&[]));
+            qp.fail(st);
+            Step::Stop
+        }
+    }
+}
+
+/// Parks `p` at the front of the inbound queue, starting its RNR clock if it has a
+/// finite budget and none yet.
+fn park_front(qp: &Qp, st: &mut QpState, mut p: Parked) {
+    if p.deadline.is_none() && p.h.rnr_retry < 7 {
+        let us = rnr_timer_us(st.attr.min_rnr_timer) * (p.h.rnr_retry as u64 + 1);
+        p.deadline = Some(Instant::now() + Duration::from_micros(us));
+        qp.ctx.rnr_timers.fetch_add(1, Ordering::SeqCst);
+    }
+    st.inbound.push_front(p);
 }
 
 /// Executes parked requests while possible.
 pub fn drain(qp: &Qp, st: &mut QpState) {
     loop {
-        match st.state {
-            IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_SQE => {}
-            _ => return,
+        if !serving(st) {
+            return;
         }
         let Some(p) = st.inbound.pop_front() else { return };
-        if p.link.is_dead() || nakked(st, &p.link) {
-            if p.deadline.is_some() {
-                qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-            }
-            continue;
-        }
-        if p.h.src_qpn != st.attr.dest_qp_num & 0x00ff_ffff {
-            nak_no_qp(&p.link, &p.h);
-            if p.deadline.is_some() {
-                qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-            }
-            continue;
-        }
-        match execute(qp, st, &p) {
-            Ok(Outcome::Done(resp)) => {
-                if p.deadline.is_some() {
-                    qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-                }
-                p.link.send(resp);
-            }
-            Ok(Outcome::Silent) => {
-                if p.deadline.is_some() {
-                    qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-                }
-                p.link.send(response(Op::Ack, &p.h, Syndrome::Ok).frame(&[]));
-            }
-            Ok(Outcome::Nak(syn)) => {
-                if p.deadline.is_some() {
-                    qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-                }
-                nak(qp, st, &p, syn);
-            }
-            Ok(Outcome::NoRecv) => {
-                let mut p = p;
-                if p.deadline.is_none() && p.h.rnr_retry < 7 {
-                    let us = rnr_timer_us(st.attr.min_rnr_timer) * (p.h.rnr_retry as u64 + 1);
-                    p.deadline = Some(Instant::now() + Duration::from_micros(us));
-                    qp.ctx.rnr_timers.fetch_add(1, Ordering::SeqCst);
-                }
-                st.inbound.push_front(p);
-                return;
-            }
-            Err(syn) => {
-                if p.deadline.is_some() {
-                    qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-                }
-                p.link.send(response(Op::Ack, &p.h, syn).frame(&[]));
-                qp.fail(st);
+        match step(qp, st, &p.h, &p.payload, &p.link, p.deadline.is_some()) {
+            Step::Next => {}
+            Step::Stop => return,
+            Step::Park => {
+                // A request that parks again keeps its RNR clock.
+                park_front(qp, st, p);
                 return;
             }
         }
+    }
+}
+
+/// Direct WRITE placement (the engine receives a large WRITE's payload straight into the
+/// target MR): may this WRITE (header only so far, no immediate) start now? Exactly the
+/// checks its execution would make, so a refused one takes the ordinary path (and gets its
+/// NAK there).
+pub fn begin_direct(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header) -> bool {
+    let st = lock(&qp.st);
+    !st.destroyed
+        && serving(&st)
+        && qp.kind != Kind::Ud
+        && st.inbound.is_empty()
+        && !link.is_dead()
+        && !nakked(&st, link)
+        && h.src_qpn == st.attr.dest_qp_num & 0x00ff_ffff
+        && st.attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE != 0
+        && mem::with_remote(qp.pd.id, h.rkey, h.raddr, h.payload_len as u64, IBV_ACCESS_REMOTE_WRITE, |_| ()).is_ok()
+}
+
+/// Still allowed to place (QP serving, MR still registered with the access): the whole
+/// target range is re-checked under the key lock each time, so `ibv_dereg_mr` and ERR stop
+/// the placement.
+fn direct_target<R>(qp: &Qp, h: &Header, f: impl FnOnce(*mut u8) -> R) -> Option<R> {
+    {
+        let st = lock(&qp.st);
+        if st.destroyed || !serving(&st) {
+            return None;
+        }
+    }
+    mem::with_remote(qp.pd.id, h.rkey, h.raddr, h.payload_len as u64, IBV_ACCESS_REMOTE_WRITE, f).ok()
+}
+
+/// Copies payload bytes `[off, off+data.len())` of a direct WRITE into place.
+pub fn place_direct(qp: &Qp, h: &Header, off: usize, data: &[u8]) -> bool {
+    if data.is_empty() {
+        return direct_target(qp, h, |_| ()).is_some();
+    }
+    direct_target(qp, h, |dst| {
+        // SAFETY: off + data.len() ≤ payload_len, and the whole payload range was checked.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(off), data.len()) }
+    })
+    .is_some()
+}
+
+/// Receives up to `want` payload bytes at offset `off` of a direct WRITE with `recv`
+/// (called with the destination while the key lock is held). None: no longer allowed.
+pub fn recv_direct(qp: &Qp, h: &Header, off: usize, want: usize, recv: &mut dyn FnMut(*mut u8, usize) -> isize) -> Option<isize> {
+    // SAFETY (of the pointer arithmetic): off + want ≤ payload_len, inside the checked range.
+    direct_target(qp, h, |dst| recv(unsafe { dst.add(off) }, want))
+}
+
+/// The direct WRITE's payload is all in (`ok`) or was discarded after access was lost.
+pub fn finish_direct(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, ok: bool) {
+    let mut st = lock(&qp.st);
+    if link.is_dead() || nakked(&st, link) {
+        return;
+    }
+    if st.destroyed || st.state == IBV_QPS_ERR || !serving(&st) {
+        nak_no_qp(link, h);
+        return;
+    }
+    if ok {
+        link.send(response(Op::Ack, h, Syndrome::Ok).frame(&[]));
+    } else {
+        nak(qp, &mut st, link, h, Syndrome::RemAccess);
     }
 }
 
@@ -279,7 +393,7 @@ pub fn tick(ctx: &Arc<crate::core::context::Context>) {
         }
         if let Some(p) = st.inbound.pop_front() {
             qp.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
-            nak(&qp, &mut st, &p, Syndrome::RnrExceeded);
+            nak(&qp, &mut st, &p.link, &p.h, Syndrome::RnrExceeded);
             drain(&qp, &mut st);
         }
     }

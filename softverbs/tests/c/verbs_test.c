@@ -696,6 +696,249 @@ static int t_kern_copies(void)
 	return 0;
 }
 
+/* Two connected RC endpoints with `len`-byte buffers. */
+static int rc_pair_len(struct ep *a, struct ep *b, size_t len)
+{
+	if (ep_init(a, IBV_QPT_RC, RW, len, NULL) || ep_init(b, IBV_QPT_RC, RW, len, NULL))
+		return -1;
+	if (publish(a, b) || publish(b, a)) return -2;
+	if (to_init(a, RW) || to_init(b, RW)) return -3;
+	if (to_rtr(a, b, 12) || to_rtr(b, a, 12)) return -4;
+	if (to_rts(a, 7) || to_rts(b, 7)) return -5;
+	return 0;
+}
+
+static void pattern(char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) p[i] = (char)(seed + i * 2654435761u + (i >> 13));
+}
+
+static int t_bulk(void)
+{
+	/* large messages: payloads leave straight from the MR and large WRITEs land straight in
+	 * the target MR; data, order and protection must be as for small ones */
+	const size_t MB = 1 << 20;
+	struct ep a, b;
+	struct ibv_wc wc[16];
+	CHECK(!rc_pair_len(&a, &b, 8 * MB), "setup");
+	pattern(a.buf, 8 * MB, 1);
+	/* 16 WRITEs of 256 KiB, each from two SGEs split at an odd offset, all in flight */
+	for (int i = 0; i < 16; i++) {
+		size_t off = (size_t)i * 256 * 1024;
+		struct ibv_sge s[2] = { { (uintptr_t)a.buf + off, 100001, a.mr->lkey },
+					{ (uintptr_t)a.buf + off + 100001, 256 * 1024 - 100001, a.mr->lkey } };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = s, .num_sge = 2, .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+		wr.wr.rdma.remote_addr = (uintptr_t)b.buf + off;
+		wr.wr.rdma.rkey = b.mr->rkey;
+		CHECK(!ibv_post_send(a.qp, &wr, &bad), "write %d", i);
+	}
+	CHECK(poll_n(a.cq, wc, 16) == 16, "16 write completions");
+	for (int i = 0; i < 16; i++)
+		CHECK(wc[i].status == 0 && wc[i].wr_id == (uint64_t)i && wc[i].opcode == IBV_WC_RDMA_WRITE, "write wc %d: %d", i, wc[i].status);
+	CHECK(!memcmp(a.buf, b.buf, 4 * MB), "4 MiB written");
+	/* WRITE_WITH_IMM of 1 MiB */
+	CHECK(!post_recv(&b, 50, 0, 0), "recv for imm");
+	CHECK(!post_send_op(&a, 20, IBV_WR_RDMA_WRITE_WITH_IMM, 4 * MB, MB, (uintptr_t)b.buf + 4 * MB, b.mr->rkey, htonl(7), 0), "write imm");
+	CHECK(poll_n(b.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].byte_len == MB && wc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM, "imm wc");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == 0, "imm send wc");
+	CHECK(!memcmp(a.buf + 4 * MB, b.buf + 4 * MB, MB), "imm data");
+	/* SEND of 1 MiB + 3 into a three-SGE receive */
+	pattern(a.buf, MB + 3, 2);
+	struct ibv_sge rs[3] = { { (uintptr_t)b.buf + 5 * MB, 1000, b.mr->lkey },
+				 { (uintptr_t)b.buf + 6 * MB, MB - 1000, b.mr->lkey },
+				 { (uintptr_t)b.buf + 7 * MB, 100, b.mr->lkey } };
+	struct ibv_recv_wr rw = { .wr_id = 51, .sg_list = rs, .num_sge = 3 }, *rbad;
+	CHECK(!ibv_post_recv(b.qp, &rw, &rbad), "recv 3 sge");
+	CHECK(!post_send_op(&a, 21, IBV_WR_SEND, 0, MB + 3, 0, 0, 0, 0), "big send");
+	CHECK(poll_n(b.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].byte_len == MB + 3, "big recv wc %d", wc[0].status);
+	CHECK(!memcmp(b.buf + 5 * MB, a.buf, 1000) && !memcmp(b.buf + 6 * MB, a.buf + 1000, MB - 1000) &&
+	      !memcmp(b.buf + 7 * MB, a.buf + MB, 3), "big send data");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == 0, "big send wc");
+	/* READ of 2 MiB */
+	pattern(b.buf + 2 * MB, 2 * MB, 3);
+	CHECK(!post_send_op(&a, 22, IBV_WR_RDMA_READ, 6 * MB, 2 * MB, (uintptr_t)b.buf + 2 * MB, b.mr->rkey, 0, 0), "big read");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].byte_len == 2 * MB, "big read wc %d", wc[0].status);
+	CHECK(!memcmp(a.buf + 6 * MB, b.buf + 2 * MB, 2 * MB), "big read data");
+	/* a large WRITE with a bad rkey: NAK, nothing touched */
+	memset(b.buf, 0x11, 8 * MB);
+	CHECK(!post_send_op(&a, 23, IBV_WR_RDMA_WRITE, 0, 512 * 1024, (uintptr_t)b.buf, b.mr->rkey ^ 0x100, 0, 0), "bad rkey");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == IBV_WC_REM_ACCESS_ERR, "big bad rkey -> REM_ACCESS_ERR (%d)", wc[0].status);
+	for (size_t i = 0; i < 8 * MB; i++) CHECK((unsigned char)b.buf[i] == 0x11, "untouched at %zu", i);
+	ep_fini(&a);
+	ep_fini(&b);
+	/* one byte past the MR: NAK, nothing touched */
+	CHECK(!rc_pair_len(&a, &b, 2 * MB), "setup2");
+	memset(b.buf, 0x11, 2 * MB);
+	CHECK(!post_send_op(&a, 1, IBV_WR_RDMA_WRITE, 0, MB, (uintptr_t)b.buf + MB + 1, b.mr->rkey, 0, 0), "oob");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == IBV_WC_REM_ACCESS_ERR, "big oob -> REM_ACCESS_ERR (%d)", wc[0].status);
+	for (size_t i = 0; i < 2 * MB; i++) CHECK((unsigned char)b.buf[i] == 0x11, "untouched 2 at %zu", i);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_poll_then_idle(void)
+{
+	/* b busy-polls while messages arrive (its progress thread steps aside), then stops
+	 * polling: its progress thread must serve a READ again, and wake an event waiter */
+	struct ep a, b;
+	struct ibv_wc wc;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	for (int i = 0; i < 200; i++) {
+		CHECK(!post_recv(&b, i, 0, 64), "recv %d", i);
+		CHECK(!post_send_op(&a, i, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send %d", i);
+		double end = now_s() + 5;
+		int r;
+		while ((r = ibv_poll_cq(b.cq, 1, &wc)) == 0 && now_s() < end)
+			;
+		CHECK(r == 1 && wc.status == 0, "busy-polled recv %d", i);
+		CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0, "send wc %d", i);
+	}
+	/* b idle now: a's READ needs b's progress thread */
+	memset(b.buf + 1000, 0x42, 100);
+	double t0 = now_s();
+	CHECK(!post_send_op(&a, 500, IBV_WR_RDMA_READ, 2000, 100, (uintptr_t)b.buf + 1000, b.mr->rkey, 0, 0), "read");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0 && a.buf[2000] == 0x42, "read served by b's idle side");
+	CHECK(now_s() - t0 < 0.5, "served promptly (%.3f s)", now_s() - t0);
+	/* b blocks for a CQ event */
+	CHECK(!ibv_req_notify_cq(b.cq, 0), "arm");
+	CHECK(!post_recv(&b, 600, 0, 64), "recv");
+	CHECK(!post_send_op(&a, 600, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send");
+	struct ibv_cq *ecq;
+	void *ectx;
+	CHECK(!ibv_get_cq_event(b.ch, &ecq, &ectx) && ecq == b.cq, "event");
+	ibv_ack_cq_events(b.cq, 1);
+	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.wr_id == 600, "evented recv");
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0, "send wc");
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int t_idle_no_spin(void)
+{
+	/* after busy-polled traffic stops, the process must go quiet: the progress threads
+	 * sleep (epoll_wait), nothing spins, and held ACKs still reach the requester */
+	struct ep a, b;
+	struct ibv_wc wc;
+	CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
+	for (int i = 0; i < 300; i++) {
+		CHECK(!post_recv(&b, i, 0, 64), "recv %d", i);
+		CHECK(!post_send_op(&a, i, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send %d", i);
+		double end = now_s() + 5;
+		int r;
+		while ((r = ibv_poll_cq(b.cq, 1, &wc)) == 0 && now_s() < end)
+			;
+		CHECK(r == 1 && wc.status == 0, "recv %d", i);
+		while ((r = ibv_poll_cq(a.cq, 1, &wc)) == 0 && now_s() < end)
+			;
+		CHECK(r == 1 && wc.status == 0, "send wc %d", i);
+	}
+	/* one more exchange whose ACK b may hold, then nobody polls b again */
+	CHECK(!post_recv(&b, 1000, 0, 64), "recv");
+	CHECK(!post_send_op(&a, 1000, IBV_WR_SEND, 0, 8, 0, 0, 0, 0), "send");
+	double end = now_s() + 5;
+	int r;
+	while ((r = ibv_poll_cq(b.cq, 1, &wc)) == 0 && now_s() < end)
+		;
+	CHECK(r == 1, "last recv");
+	/* a's send completion needs b's ACK: a polls slowly (not busy) */
+	CHECK(poll_n(a.cq, &wc, 1) == 1 && wc.status == 0 && wc.wr_id == 1000, "held ACK delivered");
+	usleep(50000);
+	double c0 = cpu_s(), t0 = now_s();
+	usleep(400000);
+	double used = (cpu_s() - c0) / (now_s() - t0);
+	CHECK(used < 0.05, "idle process uses %.1f%% CPU", used * 100);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+#define TH_N 2000
+struct th_arg { struct ep *e; int active; int bad; };
+
+static int th_wait(struct ibv_cq *cq, struct ibv_wc *wc, double end)
+{
+	int r;
+	while ((r = ibv_poll_cq(cq, 1, wc)) == 0 && now_s() < end)
+		;
+	return r;
+}
+
+static void *th_run(void *p)
+{
+	/* ping-pong on one QP, busy-polling its CQ: the active side sends i and waits for its
+	 * send completion and the echo; the passive side echoes what it receives */
+	struct th_arg *a = p;
+	struct ep *e = a->e;
+	struct ibv_wc wc;
+	double end = now_s() + 30;
+	int sends = 0, recvs = 0;
+	if (!a->active && post_recv(e, 0, 64, 8)) { a->bad = 1; return NULL; }
+	for (int i = 0; i < TH_N && !a->bad; i++) {
+		if (a->active) {
+			if (post_recv(e, 0, 64, 8)) { a->bad = 2; break; }
+			memcpy(e->buf, &i, 4);
+			if (post_send_op(e, i, IBV_WR_SEND, 0, 4, 0, 0, 0, 0)) { a->bad = 3; break; }
+		}
+		int want_recv = recvs + 1, want_send = a->active ? sends + 1 : sends;
+		while ((recvs < want_recv || sends < want_send) && !a->bad) {
+			if (th_wait(e->cq, &wc, end) != 1 || wc.status) { a->bad = 4; break; }
+			if (wc.opcode == IBV_WC_RECV) {
+				int v;
+				memcpy(&v, e->buf + 64, 4);
+				if (v != i) { a->bad = 5; break; }
+				recvs++;
+				if (!a->active) {
+					if (i + 1 < TH_N && post_recv(e, 0, 64, 8)) { a->bad = 6; break; }
+					memcpy(e->buf, &v, 4);
+					if (post_send_op(e, i, IBV_WR_SEND, 0, 4, 0, 0, 0, 0)) { a->bad = 7; break; }
+					want_send = sends + 1;
+				}
+			} else {
+				sends++;
+			}
+		}
+	}
+	return NULL;
+}
+
+static int t_threads(void)
+{
+	/* two busy-polling threads per context (one QP each): progress passes of several
+	 * threads, held ACKs and the parked progress thread must not lose or reorder anything */
+	struct ibv_context *ca = open_soft(), *cb = open_soft();
+	CHECK(ca && cb, "contexts");
+	struct ibv_pd *pa = ibv_alloc_pd(ca), *pb = ibv_alloc_pd(cb);
+	struct ep a[2], b[2];
+	for (int k = 0; k < 2; k++) {
+		CHECK(!ep_init_ctx(&a[k], ca, pa, IBV_QPT_RC, 4096, NULL) && !ep_init_ctx(&b[k], cb, pb, IBV_QPT_RC, 4096, NULL), "eps");
+		CHECK(!publish(&a[k], &b[k]) && !publish(&b[k], &a[k]) && !to_init(&a[k], RW) && !to_init(&b[k], RW), "init");
+		CHECK(!to_rtr(&a[k], &b[k], 12) && !to_rtr(&b[k], &a[k], 12) && !to_rts(&a[k], 7) && !to_rts(&b[k], 7), "connect");
+	}
+	struct th_arg args[4] = { { &a[0], 1, 0 }, { &b[0], 0, 0 }, { &a[1], 1, 0 }, { &b[1], 0, 0 } };
+	pthread_t t[4];
+	for (int k = 0; k < 4; k++) CHECK(!pthread_create(&t[k], NULL, th_run, &args[k]), "thread");
+	for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
+	for (int k = 0; k < 4; k++) CHECK(!args[k].bad, "thread %d failed (%d)", k, args[k].bad);
+	for (int k = 0; k < 2; k++) {
+		ibv_destroy_qp(a[k].qp); ibv_destroy_qp(b[k].qp);
+		ibv_dereg_mr(a[k].mr); ibv_dereg_mr(b[k].mr);
+		ibv_destroy_cq(a[k].cq); ibv_destroy_cq(b[k].cq);
+		free(a[k].buf); free(b[k].buf);
+	}
+	CHECK(!ibv_dealloc_pd(pa) && !ibv_dealloc_pd(pb) && !ibv_close_device(ca) && !ibv_close_device(cb), "cleanup");
+	return 0;
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -716,6 +959,10 @@ int main(void)
 	RUN(t_hook_layout);
 	RUN(t_garbage_frames);
 	RUN(t_cq_overrun);
+	RUN(t_bulk);
+	RUN(t_poll_then_idle);
+	RUN(t_idle_no_spin);
+	RUN(t_threads);
 	printf("verbs_test: %d passed, %d failed\n", g_pass, g_fail);
 	return g_fail != 0;
 }
