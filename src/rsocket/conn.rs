@@ -93,6 +93,12 @@ pub struct Conn {
     pub sbuf_avail: usize,
     pub spos: usize,
     pub target_sge: usize,
+    /// The advert being filled (a private copy: the slot it came from is
+    /// cleared when taken, so the peer's next advert there shows as new).
+    cur: Option<Sge>,
+    /// The peer's first receive-buffer half (data_buf of its connection data):
+    /// every advert names one of its two halves, always in the same slot.
+    peer_buf: Sge,
     pub remote_sgl: Sge,
     pub remote_iomap: Sge,
     pub remote_sge: usize,
@@ -194,6 +200,8 @@ impl Conn {
             sbuf_avail: z.sbuf_size,
             spos: 0,
             target_sge: 0,
+            cur: None,
+            peer_buf: Sge::default(),
             remote_sgl: Sge::default(),
             remote_iomap: Sge::default(),
             remote_sge: 0,
@@ -252,7 +260,10 @@ impl Conn {
                 length: scale_decode(p.target_iomap_size) as u32,
             };
         }
-        self.set_target(0, p.data_buf);
+        // The first half is advertised by the connection data itself (slot 0).
+        self.peer_buf = p.data_buf;
+        self.cur = (p.data_buf.length > 0).then_some(p.data_buf);
+        self.target_sge = 0;
         self.sseq_comp = p.credits;
     }
 
@@ -261,22 +272,36 @@ impl Conn {
         unsafe { self.tbuf.ptr().add(i * SGE_LEN) as *mut [u8; SGE_LEN] }
     }
 
-    /// The buffer advert in target slot `i` (written by the peer).
-    pub fn target(&self, i: usize) -> Sge {
+    /// A fresh advert in target slot `i`, if the peer has completely written
+    /// one. The peer RDMA-writes the 16 bytes while we may be reading them: a
+    /// torn read (say the new length with the old, exhausted address) must
+    /// never be taken. Slot `i` only ever describes half `i` of the peer's
+    /// receive buffer, so anything but exactly that half is "not yet".
+    fn fresh_advert(&self, i: usize) -> Option<Sge> {
         // SAFETY: inside tbuf; volatile because the device writes it.
-        let a = unsafe { std::ptr::read_volatile(self.slot_ptr(i)) };
-        // SAFETY: as above: a second read tells a torn (in-flight) write apart.
-        let b = unsafe { std::ptr::read_volatile(self.slot_ptr(i)) };
-        if a == b {
-            Sge::from_mem(&a)
-        } else {
-            Sge::default() // being written right now: not usable yet
-        }
+        let s = Sge::from_mem(&unsafe { std::ptr::read_volatile(self.slot_ptr(i)) });
+        let b = self.peer_buf;
+        let want = Sge { addr: b.addr + i as u64 * b.length as u64, key: b.key, length: b.length };
+        (b.length > 0 && s == want).then_some(s)
     }
 
-    fn set_target(&mut self, i: usize, s: Sge) {
-        // SAFETY: inside tbuf.
-        unsafe { std::ptr::write_volatile(self.slot_ptr(i), s.to_mem(false)) };
+    /// Whether a target buffer is there to write into (without taking it).
+    fn target_ready(&self) -> bool {
+        self.cur.is_some_and(|c| c.length > 0) || self.fresh_advert(self.target_sge).is_some()
+    }
+
+    /// The advert to write into now, taking a fresh one from its slot if the
+    /// current one is used up.
+    fn take_target(&mut self) -> Option<Sge> {
+        if let Some(c) = self.cur.filter(|c| c.length > 0) {
+            return Some(c);
+        }
+        let s = self.fresh_advert(self.target_sge)?;
+        // SAFETY: inside tbuf. The peer writes this slot again only after we
+        // filled the half it names, which starts after this.
+        unsafe { std::ptr::write_volatile(self.slot_ptr(self.target_sge), [0u8; SGE_LEN]) };
+        self.cur = Some(s);
+        Some(s)
     }
 
     /// The entry `i` of our iomap table (written by the peer).
@@ -363,7 +388,7 @@ impl Conn {
         self.data_avail >= self.wrs()
             && self.sbuf_avail >= RS_SNDLOWAT.min(self.sbuf_size)
             && self.sseq_no != self.sseq_comp
-            && self.target(self.target_sge).length != 0
+            && self.target_ready()
     }
 
     /// Whether riowrite (no credit, no advert needed) can post now.
@@ -411,10 +436,18 @@ impl Conn {
         (sges, false, len)
     }
 
+    /// Gives back ring bytes staged for a write that could not be posted.
+    fn unstage(&mut self, bytes: usize) {
+        if bytes > 0 {
+            self.sbuf_avail += bytes;
+            self.spos = (self.spos + self.sbuf_size - bytes) % self.sbuf_size;
+        }
+    }
+
     /// Sends one data message of at most `max` bytes from `src` (the caller
     /// checked `can_send`). Returns the bytes sent.
     pub fn send_data(&mut self, src: &mut Gather, max: usize) -> Result<usize> {
-        let t = self.target(self.target_sge);
+        let Some(t) = self.take_target() else { return Ok(0) };
         let len = max.min(self.sbuf_avail).min(t.length as usize).min(src.left());
         if len == 0 {
             return Ok(0);
@@ -423,19 +456,16 @@ impl Conn {
         // SAFETY: stack lives until the post below returns (inline data is copied at post).
         let (mut sges, inline, bytes) = unsafe { self.stage(src, len, &mut stack) };
         let m = msg(OP_DATA, len as u32);
-        // The slot is updated before the write goes out: once the data lands,
-        // the peer may re-advertise this very slot at any moment.
-        let slot = self.target_sge;
-        let rest = Sge { addr: t.addr + len as u64, key: t.key, length: t.length - len as u32 };
-        self.set_target(slot, rest);
         let r = self.post_msg_write(POOL_DATA, &mut sges, inline, bytes, m, t.addr, t.key);
         if let Err(e) = r {
-            self.set_target(slot, t);
-            self.sbuf_avail += bytes;
+            self.unstage(bytes);
             return Err(e);
         }
+        let rest = Sge { addr: t.addr + len as u64, key: t.key, length: t.length - len as u32 };
+        self.cur = Some(rest);
         if rest.length == 0 {
-            self.target_sge = (slot + 1) % RS_SGL_SIZE;
+            self.cur = None;
+            self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
         }
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.data_avail -= self.wrs();
@@ -482,7 +512,7 @@ impl Conn {
         wr.send_flags = if inline { IBV_SEND_INLINE } else { 0 };
         wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
         if let Err(e) = post_send(self.qp, &mut wr) {
-            self.sbuf_avail += bytes;
+            self.unstage(bytes);
             return Err(e);
         }
         self.data_avail -= 1;
@@ -514,7 +544,7 @@ impl Conn {
         let (mut sges, inline, bytes) = unsafe { self.stage(&mut g, data.len(), &mut stack) };
         let r = self.post_msg_write(pool, &mut sges, inline, bytes, m, raddr, rkey);
         if r.is_err() {
-            self.sbuf_avail += bytes;
+            self.unstage(bytes);
         }
         r
     }

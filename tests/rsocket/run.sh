@@ -6,10 +6,13 @@
 #     duplex from two threads per end), also in
 #     iWARP's message mode, and the preload checks program (kernel TCP, then
 #     under the preload)
-#   * Debian's rstream (several sizes, non-blocking and blocking, verified),
+#   * Debian's rstream (several sizes, bandwidth and latency, non-blocking and
+#     blocking, data verified; RS_FULL=1 adds its whole default run),
 #     riostream, udpong and rcopy (file compared with cmp), ours on both sides
 #   * unmodified TCP programs under LD_PRELOAD=build/lib/librspreload.so:
 #     our echo client/server and Debian's iperf3
+#   * as root: rstream, udpong and the preloaded echo between two network
+#     namespaces joined by a veth pair
 # Every run is bounded by `timeout`; the C checks run under valgrind too
 # (VALGRIND=0 skips that). Ends with "N passed, M failed".
 #   tests/rsocket/run.sh [name-prefix ...]     (default: everything)
@@ -31,8 +34,10 @@ free_block() {
 }
 BASE=${RS_TEST_PORT:-}
 if [ -z "$BASE" ]; then
+	# below the ephemeral range (32768-60999): connections made during the run
+	# must not take our ports
 	for i in $(seq 20); do
-		BASE=$((20000 + (RANDOM % 40) * 500))
+		BASE=$((10000 + (RANDOM % 44) * 500))
 		free_block $BASE && break
 	done
 fi
@@ -103,7 +108,7 @@ fi
 
 # pair NAME PORT TIMEOUT SERVER_EXITS(1|0) "server cmd" "client cmd" [env for both]
 pair() {
-	local name=$1 p=$2 t=$3 exits=$4 srv=$5 cli=$6 envs=${7:-}
+	local name=$1 p=$2 t=$3 exits=$4 srv=$5 cli=$6 envs=${7:-} t0=$SECONDS
 	want "$name" || return 0
 	local sb=(stdbuf -oL -eL)
 	[[ "$envs" == *LD_PRELOAD* ]] && sb=()
@@ -117,7 +122,7 @@ pair() {
 	else
 		kill $spid 2>/dev/null; wait $spid 2>/dev/null
 	fi
-	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then ok "$name"
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then ok "$name ($((SECONDS - t0)) s)"
 	else ko "$name" "client exit $crc, server exit $src" "$out/$name.server.log" "$out/$name.client.log"; fi
 }
 
@@ -131,8 +136,19 @@ for mode in n b; do
 		port=$((port+1))
 	done
 done
-pair rstream-default $port 240 1 "rstream -p $port" "rstream -s $A -p $port"; port=$((port+1))
-pair rstream-blocking-all $port 240 1 "rstream -p $port -T b" "rstream -s $A -p $port -T b"; port=$((port+1))
+# latency (ping-pong) runs, bounded counts
+for mode in n b; do
+	pair "rstream-lat-$mode-64" $port 120 1 "rstream -p $port -T $mode -T v -S 64 -I 5000 -C 1" \
+		"rstream -s $A -p $port -T $mode -T v -S 64 -I 5000 -C 1"; port=$((port+1))
+	pair "rstream-lat-$mode-64k" $port 120 1 "rstream -p $port -T $mode -T v -S 65536 -I 500 -C 1" \
+		"rstream -s $A -p $port -T $mode -T v -S 65536 -I 500 -C 1"; port=$((port+1))
+done
+# rstream's own default run (every size, latency and bandwidth: 100k-iteration
+# latency tests, minutes on a slow fabric): RS_FULL=1
+if [ "${RS_FULL:-0}" = 1 ]; then
+	pair rstream-default $port 600 1 "rstream -p $port" "rstream -s $A -p $port"; port=$((port+1))
+	pair rstream-blocking-all $port 600 1 "rstream -p $port -T b" "rstream -s $A -p $port -T b"; port=$((port+1))
+fi
 pair rstream-async-keepalive $port 120 1 "rstream -p $port -T a -k 1 -S 65536 -C 500" \
 	"rstream -s $A -p $port -T a -k 1 -S 65536 -C 500"; port=$((port+1))
 # tiny queues and buffers from the tunables (wrap-around, credit updates by count)
@@ -188,6 +204,38 @@ if [ -e "$P" ]; then
 	port=$((port+1))
 else
 	ko preload "build/lib/librspreload.so missing"
+fi
+
+# --- across two network namespaces joined by a veth pair ("two hosts"; needs root) ---
+if want netns && [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
+	na=rsock-a-$$; nb=rsock-b-$$
+	if ip netns add "$na" 2>/dev/null && ip netns add "$nb" 2>/dev/null \
+		&& ip link add rva-$$ netns "$na" type veth peer name rvb-$$ netns "$nb" 2>/dev/null; then
+		ip -n "$na" addr add 10.79.0.1/24 dev rva-$$; ip -n "$na" link set rva-$$ up; ip -n "$na" link set lo up
+		ip -n "$nb" addr add 10.79.0.2/24 dev rvb-$$; ip -n "$nb" link set rvb-$$ up; ip -n "$nb" link set lo up
+		S=10.79.0.1
+		nspair() { # NAME PORT SERVER_EXITS "server" "client" [env]
+			local name=$1 p=$2 exits=$3 envs=${6:-}
+			ip netns exec "$na" env $envs timeout 60 "$L" $4 > "$out/$name.server.log" 2>&1 &
+			local spid=$!
+			wait_port "$p" "$na"
+			ip netns exec "$nb" env $envs timeout 60 "$L" $5 > "$out/$name.client.log" 2>&1
+			local crc=$? src=0
+			if [ "$exits" = 1 ]; then wait $spid; src=$?; else kill $spid 2>/dev/null; wait $spid 2>/dev/null; fi
+			if [ $crc -eq 0 ] && [ $src -eq 0 ]; then ok "$name"
+			else ko "$name" "client exit $crc, server exit $src" "$out/$name.server.log" "$out/$name.client.log"; fi
+		}
+		nspair netns-rstream $port 1 "rstream -b $S -p $port -T v -S 65536 -C 500" "rstream -s $S -p $port -T v -S 65536 -C 500"
+		port=$((port+1))
+		nspair netns-udpong $port 0 "udpong -b $S -p $port" "udpong -s $S -p $port -S 1000 -C 1000"
+		port=$((port+1))
+		nspair netns-preload-echo $port 1 "build/rsocket/echo server $port" "build/rsocket/echo client $S $port 5000000" \
+			"LD_PRELOAD=$P"
+		port=$((port+1))
+	else
+		ko netns "cannot create namespaces"
+	fi
+	ip netns del "$na" 2>/dev/null; ip netns del "$nb" 2>/dev/null
 fi
 
 echo "(ports $BASE..$((BASE+399)); logs in $out)"
