@@ -47,6 +47,9 @@ struct DQp {
     sbuf: RegBuf,
     rbuf: RegBuf,
     sfree: Vec<usize>,
+    /// Largest payload one datagram carries from here: a slot, or less when the
+    /// port's MTU is smaller (rxe over a 1500-byte netdev: 1024).
+    max_payload: usize,
     self_ah: Option<Ah>,
     // Last: destroyed after the buffers' registrations are gone (drop order).
     id: Id,
@@ -184,7 +187,10 @@ fn resolve_ah(local: IpAddr, peer: IpAddr, pd: *mut ibv_pd) -> Result<Ah> {
     attr.dlid = u16::from_be(path.dlid);
     attr.sl = path.sl;
     attr.port_num = port.max(1);
-    if path.hop_limit > 1 {
+    // RoCE carries every packet in a GRH, so its address handles need one even
+    // for a neighbour (hop limit ≤ 1): without it rxe refuses the AH (EINVAL),
+    // which is why upstream's datagram rsockets fail there.
+    if path.hop_limit > 1 || is_roce(verbs, attr.port_num) {
         attr.is_global = 1;
         attr.grh.dgid = path.dgid;
         attr.grh.flow_label = u32::from_be(path.flow_label);
@@ -259,7 +265,13 @@ impl DQp {
         };
         // SAFETY: a live QP.
         let qpn = unsafe { (*id.qp()).qp_num };
-        let mut q = DQp { local, cq, qpn, sbuf, rbuf, sfree: (0..sq as usize).rev().collect(), self_ah: None, id };
+        let hdr = if local.is_ipv4() { DS_IPV4_HDR_LEN } else { DS_IPV6_HDR_LEN };
+        let max_payload = match ud_mtu(verbs, id.port_num()) {
+            0 => SLOT,
+            m => m.min(SLOT),
+        } - hdr;
+        let sfree = (0..sq as usize).rev().collect();
+        let mut q = DQp { local, cq, qpn, sbuf, rbuf, sfree, max_payload, self_ah: None, id };
         for i in 0..rq as usize {
             if let Err(e) = q.post_recv(i) {
                 q.destroy();
@@ -624,6 +636,10 @@ impl Dgram {
         }
         let d = st.dest(to)?;
         let (qi, qpn, ah) = (d.qp, d.qpn, d.ah.as_ref().map(|a| a.0));
+        // Larger ones would vanish on the wire: say so, as a UDP socket does.
+        if len > st.qps[qi].max_payload {
+            return Err(Errno(libc::EMSGSIZE));
+        }
         let local = st.qps[qi].local;
         let Some(ah) = ah.filter(|_| qpn != 0) else {
             // The peer's QP is not known yet: over UDP, with our QPN.

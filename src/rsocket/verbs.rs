@@ -27,6 +27,31 @@ pub fn verr(ret: c_int) -> Result<()> {
     }
 }
 
+/// The largest message a UD QP on `port` carries: its active MTU in bytes (0
+/// when it cannot be asked). UD sends beyond it are dropped on the wire.
+pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {
+    // SAFETY: all-zero is a valid ibv_port_attr.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: an open device context and a writable attribute block.
+    if verbs.is_null() || unsafe { ibv_query_port(verbs, port.max(1), &mut a) } != 0 {
+        return 0;
+    }
+    match a.active_mtu as u32 {
+        m @ 1..=5 => 128 << m,
+        _ => 0,
+    }
+}
+
+/// Whether `port` has an Ethernet link layer (RoCE).
+pub fn is_roce(verbs: *mut ibv_context, port: u8) -> bool {
+    // SAFETY: all-zero is a valid ibv_port_attr.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: an open device context and a writable attribute block.
+    !verbs.is_null()
+        && unsafe { ibv_query_port(verbs, port.max(1), &mut a) } == 0
+        && a.link_layer == IBV_LINK_LAYER_ETHERNET as u8
+}
+
 /// `max_qp_wr` of a device (0 when it cannot be asked).
 pub fn max_qp_wr(verbs: *mut ibv_context) -> u32 {
     // SAFETY: all-zero is a valid ibv_device_attr.

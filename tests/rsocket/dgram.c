@@ -1,7 +1,8 @@
 /* SOCK_DGRAM rsockets: datagrams between two bound rsockets keep their
  * boundaries and report the sender's address; the first go over the UDP
  * side channel, later ones over UD once the peers learnt each other's QP;
- * rconnect sets a default destination; oversized datagrams: EMSGSIZE. */
+ * rconnect sets a default destination; oversized datagrams: EMSGSIZE
+ * (beyond a receive slot, or beyond the port's MTU: never silently lost). */
 #include "rs_util.h"
 
 int main(int argc, char **argv)
@@ -14,13 +15,14 @@ int main(int argc, char **argv)
 	ssize_t n;
 
 	watchdog(30);
+	memset(big, 0, sizeof(big));
 	x = rsocket(AF_INET, SOCK_DGRAM, 0);
 	y = rsocket(AF_INET, SOCK_DGRAM, 0);
 	CHECK(x >= 0 && y >= 0, "two datagram rsockets", "%s", strerror(errno));
 	CHECK(rbind(x, (struct sockaddr *)&a, sizeof(a)) == 0 && rbind(y, (struct sockaddr *)&b, sizeof(b)) == 0,
 	      "both bound", "%s", strerror(errno));
 	for (int i = 0; i < 50 && ok; i++) {
-		int size = 1 + (i * 37) % 1500;
+		int size = 1 + (i * 37) % 1000; /* fits rxe's 1024-byte MTU too */
 		memset(big, 'a' + i % 26, size);
 		if (rsendto(x, big, size, 0, (struct sockaddr *)&b, sizeof(b)) != size) {
 			ok = 0;
@@ -45,6 +47,12 @@ int main(int argc, char **argv)
 	CHECK(rgetpeername(x, (struct sockaddr *)&from, &len) == 0 && from.sin_port == b.sin_port, "rgetpeername",
 	      "%s", strerror(errno));
 	CHECK_ERRNO(rsend(x, big, sizeof(big), 0), EMSGSIZE, "a datagram larger than a slot: EMSGSIZE");
+	n = rsend(x, big, 1500, 0);
+	if (n == 1500)
+		CHECK(rrecv(y, buf, sizeof(buf), 0) == 1500, "1500 bytes sent arrive whole (MTU >= 2048)", "no");
+	else
+		CHECK(n == -1 && errno == EMSGSIZE, "1500 bytes not sent: EMSGSIZE (a smaller MTU)", "ret %zd %s", n,
+		      strerror(errno));
 	rfcntl(y, F_SETFL, O_NONBLOCK);
 	CHECK_ERRNO(rrecv(y, buf, sizeof(buf), 0), EAGAIN, "non-blocking rrecv with nothing queued: EAGAIN");
 	CHECK_ERRNO(rlisten(y, 1), EOPNOTSUPP, "rlisten on a datagram rsocket: EOPNOTSUPP");

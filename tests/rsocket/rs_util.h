@@ -1,6 +1,7 @@
 /*
- * Helpers shared by the rsocket checks: a listener on 127.0.0.1 and a
- * connected pair made through it. Built on c-examples/check.h (ok/FAIL
+ * Helpers shared by the rsocket checks: a listener on 127.0.0.1 (or on
+ * $RS_TEST_ADDR: an RDMA device's address in the VM, where loopback is not
+ * an RDMA address) and a connected pair made through it. Built on c-examples/check.h (ok/FAIL
  * lines, watchdog). Ports come from the command line (run.sh gives each
  * program its own).
  */
@@ -28,6 +29,8 @@ static inline struct sockaddr_in lo_addr(int port)
 	a.sin_family = AF_INET;
 	a.sin_port = htons(port);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (getenv("RS_TEST_ADDR") && inet_pton(AF_INET, getenv("RS_TEST_ADDR"), &a.sin_addr) != 1)
+		fatal("RS_TEST_ADDR %s: not an IPv4 address", getenv("RS_TEST_ADDR"));
 	return a;
 }
 

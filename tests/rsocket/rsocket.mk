@@ -6,7 +6,7 @@
 RSP_LIB := $(LIBDIR_OUT)/librspreload.so
 RSP_DIR := $(LIBDIR)/rsocket
 
-.PHONY: rspreload test-rsocket install-rspreload uninstall-rspreload
+.PHONY: rspreload test-rsocket test-vm-rsocket install-rspreload uninstall-rspreload
 
 all: rspreload
 
@@ -17,6 +17,15 @@ rspreload:
 
 test-rsocket: all
 	bash tests/rsocket/run.sh
+
+# Over rxe in the qemu guest of tests/vm: Debian's rstream/riostream/udpong/rcopy
+# and the preload library with ours, Debian's, and mixed (the wire format); our
+# C checks with Debian's library as the oracle. One boot, about 10 minutes.
+test-vm-rsocket: all
+	bash tests/rsocket/build.sh
+	@rm -rf $(VM_RESULTS)/rsocket; mkdir -p $(VM_RESULTS)/rsocket
+	QRXE_OUTDIR=$(VM_RESULTS)/rsocket QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket" \
+	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
 
 install: install-rspreload
 uninstall: uninstall-rspreload

@@ -41,7 +41,6 @@ if [ -z "$BASE" ]; then
 		free_block $BASE && break
 	done
 fi
-CC=${CC:-cc}
 
 want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [[ "$1" == "$n"* ]] && return 0; done; return 1; }
 ok() { echo "PASS $1"; pass=$((pass+1)); }
@@ -52,15 +51,8 @@ if [ ! -x "$L" ] || [ ! -e build/lib/librdmacm.so.1 ]; then
 fi
 
 # --- build the C programs ---
-for src in tests/rsocket/*.c; do
-	n=$(basename "$src" .c)
-	# echo and preload_calls are plain sockets programs: no librdmacm
-	case $n in echo|preload_calls) libs=() ;; *) libs=(-Lbuild/lib -lrdmacm) ;; esac
-	if ! $CC -Wall -Wextra -Werror -O1 -g -pthread -Iinclude -Ic-examples -o "build/rsocket/$n" "$src" \
-		"${libs[@]}" 2> "$out/build.$n.log"; then
-		ko "build $n" "compiler errors" "$out/build.$n.log"
-	fi
-done
+if bash tests/rsocket/build.sh > "$out/build.log" 2>&1; then ok "build the C programs"
+else ko "build" "compiler errors" "$out/build.log"; fi
 
 # --- the C checks: each gets its own block of ports ---
 port=$BASE

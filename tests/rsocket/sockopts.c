@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 	      "client's name is the server's peer", "ret %d ports %d/%d", ret, ntohs(a.sin_port), ntohs(b.sin_port));
 	len = sizeof(a);
 	ret = rgetpeername(c, (struct sockaddr *)&a, &len);
-	CHECK(ret == 0 && ntohs(a.sin_port) == port && a.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "client's peer",
+	CHECK(ret == 0 && ntohs(a.sin_port) == port && a.sin_addr.s_addr == lo_addr(port).sin_addr.s_addr, "client's peer",
 	      "port %d", ntohs(a.sin_port));
 	len = sizeof(a);
 	CHECK_ERRNO(rgetpeername(l, (struct sockaddr *)&a, &len), ENOTCONN, "rgetpeername on a listener: ENOTCONN");
