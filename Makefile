@@ -113,4 +113,5 @@ include softverbs/softverbs.mk
 # Benchmarks: ratios against the physical floor of the same host (never asserted).
 bench: all
 	bash tests/bench/soft.sh
+	bash tests/rsocket/bench.sh
 include tests/rsocket/rsocket.mk
