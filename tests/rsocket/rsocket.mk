@@ -6,7 +6,7 @@
 RSP_LIB := $(LIBDIR_OUT)/librspreload.so
 RSP_DIR := $(LIBDIR)/rsocket
 
-.PHONY: rspreload test-rsocket test-vm-rsocket install-rspreload uninstall-rspreload
+.PHONY: rspreload test-rsocket test-vm-rsocket bench-vm-rsocket install-rspreload uninstall-rspreload
 
 all: rspreload
 
@@ -26,6 +26,12 @@ test-vm-rsocket: all
 	@rm -rf $(VM_RESULTS)/rsocket; mkdir -p $(VM_RESULTS)/rsocket
 	QRXE_OUTDIR=$(VM_RESULTS)/rsocket QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
+
+# rstream with Debian's rsockets vs ours on rxe in the qemu guest (ratios, never asserted).
+bench-vm-rsocket: all
+	@mkdir -p $(VM_RESULTS)/rsocket-bench
+	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-bench" \
+	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/bench-vm.sh'
 
 install: install-rspreload
 uninstall: uninstall-rspreload

@@ -41,7 +41,7 @@ quad() { # NAME SERVER_EXITS "server args" "client args" [check]
 	if ! one "$name" debian debian "$2" "$3" "$4" "${5:-}"; then
 		oracle=0
 		echo "SKIP $name with Debian's library on either side: its own pair fails here:" \
-			"$(tail -qn 1 "$out/$name.debian-debian.client.log" 2>/dev/null | head -c 120)"
+			"$(head -n 1 "$out/$name.debian-debian.client.log" 2>/dev/null | head -c 120)"
 		skip=$((skip+1))
 	fi
 	for s in ours debian; do for c in ours debian; do

@@ -1,0 +1,56 @@
+#!/bin/bash
+# make bench-vm-rsocket, run inside the qemu guest of tests/vm (rxe): Debian's
+# rstream with Debian's librdmacm and with ours on both sides, alternating
+# (C, ours, C, ours, ...) for ROUNDS rounds, on 64 KiB transfers (bandwidth)
+# and 64-byte ping-pong (latency). Prints the ratio ours/Debian of the time
+# per transfer with min/median/max over the rounds (goal: median <= 1.00).
+# Timings are reported, never asserted; exit status 1 only if a run failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+IP=${QRXE_IP:-10.10.10.1}
+OURS=$PWD/build/lib
+ROUNDS=${ROUNDS:-3}
+out=${RS_VM_OUT:-/tmp/rsocket-bench}; mkdir -p "$out"
+port=7900; failed=0
+declare -A T   # T[test.lib] = "usec usec ..."
+
+# one TEST LIB "rstream args": the client's usec/xfer appended to T[TEST.LIB]
+one() {
+	local t=$1 lib=$2 args=$3 env=()
+	[ "$lib" = ours ] && env=(LD_LIBRARY_PATH=$OURS)
+	port=$((port+1))
+	env "${env[@]}" timeout 120 rstream -b "$IP" -p $port $args > "$out/$t.$lib.$port.server.log" 2>&1 &
+	local spid=$!
+	sleep 2 # no TCP port to wait for: the kernel CM listens
+	if env "${env[@]}" timeout 120 rstream -s "$IP" -p $port $args > "$out/$t.$lib.$port.log" 2>&1 && wait $spid; then
+		local u; u=$(awk '$1 == "custom" {print $8}' "$out/$t.$lib.$port.log")
+		T[$t.$lib]="${T[$t.$lib]:-} $u"
+	else
+		kill $spid 2>/dev/null; wait $spid 2>/dev/null
+		echo "FAIL rstream $args with $lib's library (log $out/$t.$lib.$port.log)"; failed=1
+	fi
+}
+
+for r in $(seq "$ROUNDS"); do
+	for lib in debian ours; do
+		one bw $lib "-S 65536 -C 2000"
+		one lat $lib "-S 64 -I 2000 -C 1"
+	done
+done
+
+python3 - "$ROUNDS" "${T[bw.debian]:-}" "${T[bw.ours]:-}" "${T[lat.debian]:-}" "${T[lat.ours]:-}" <<'PY'
+import statistics, sys
+rounds = sys.argv[1]
+def vals(s): return [float(x) for x in s.split()]
+print(f"rstream on rxe, {rounds} rounds each, alternating; us per transfer (median), ratio ours/Debian")
+print(f"{'test':<34}{'Debian':>10}{'ours':>10}{'min':>7}{'median':>8}{'max':>7}")
+for name, c, o in (("64 KiB transfers (-S 65536 -C 2000)", sys.argv[2], sys.argv[3]),
+                   ("64 B ping-pong (-S 64 -I 2000)", sys.argv[4], sys.argv[5])):
+    c, o = vals(c), vals(o)
+    if not c or not o:
+        print(f"{name:<34}{'n/a':>10}{'n/a':>10}"); continue
+    rs = [a / b for a, b in zip(o, c) if b]
+    print(f"{name:<34}{statistics.median(c):>10.1f}{statistics.median(o):>10.1f}"
+          f"{min(rs):>7.2f}{statistics.median(rs):>8.2f}{max(rs):>7.2f}")
+PY
+exit $failed
