@@ -1,5 +1,5 @@
 #!/bin/bash
-# Builds the rsocket C checks and the plain sockets programs of this directory
+# Builds the rsocket C checks and the plain sockets programs of c-examples/rsocket
 # into build/rsocket/ (the host builds them for the VM too: compiling under TCG
 # is slow). Prints "FAIL build NAME" with the compiler's errors for each that
 # does not build; exit status 1 if any failed.
@@ -8,11 +8,11 @@ cd "$(dirname "$0")/../.."
 mkdir -p build/rsocket
 CC=${CC:-cc}
 rc=0
-for src in tests/rsocket/*.c; do
+for src in c-examples/rsocket/*.c; do
 	n=$(basename "$src" .c)
 	# echo and preload_calls are plain sockets programs: no librdmacm
 	case $n in echo|preload_calls) libs=() ;; *) libs=(-Lbuild/lib -lrdmacm) ;; esac
-	if ! $CC -Wall -Wextra -Werror -O1 -g -pthread -Iinclude -Ic-examples -o "build/rsocket/$n" "$src" \
+	if ! $CC -Wall -Wextra -Werror -O1 -g -pthread -Iinclude -Ic-examples -Ic-examples/rsocket -o "build/rsocket/$n" "$src" \
 		"${libs[@]}" 2> "build/rsocket/$n.build.log"; then
 		echo "FAIL build $n"; tail -8 "build/rsocket/$n.build.log"; rc=1
 	fi

@@ -1,6 +1,6 @@
 #!/bin/bash
 # rsockets end to end, over the soft RDMA fabric on 127.0.0.1 (issue 5):
-#   * the C checks of this directory (non-blocking connect, rpoll readiness,
+#   * the C checks of c-examples/rsocket (non-blocking connect, rpoll readiness,
 #     shutdown/EOF and dead peers, riomap/riowrite placement, repoll, datagrams,
 #     socket options, resources returned over 300 connection cycles, full
 #     duplex from two threads per end), also in

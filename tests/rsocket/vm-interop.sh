@@ -66,7 +66,7 @@ data=/tmp/rsocket-vm-data; mkdir -p "$data"
 head -c 2000000 /dev/urandom > "$data/src.bin"
 quad rcopy 0 "rcopy -p @P" "rcopy $data/src.bin $IP:$data/dst.bin -p @P" "cmp -s $data/src.bin $data/dst.bin && rm -f $data/dst.bin"
 
-# The C checks of this directory over rxe: ours must pass; Debian's library runs
+# The C checks of c-examples/rsocket over rxe: ours must pass; Debian's library runs
 # the same binary (same soname) as the oracle, reported but not counted (repoll is
 # 1.5, absent from Debian 12's library).
 for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram sockopts duplex cycles; do
