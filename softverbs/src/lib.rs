@@ -7,7 +7,7 @@
 //! Layers: `ffi` (the C boundary: every export, panic boundary, errno/return conventions)
 //! → `core` (device, context, PD/MR, CQ, SRQ, AH, events) and `qp` (state machine,
 //! requester, responder) → `net` (frame codec, transport trait and its TCP/UDP engine,
-//! peer resolution). `sys` is the libc glue.
+//! peer resolution). `sys` is the libc glue; `trace` the verbs trace (`RDMACM_RS_TRACE`).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
@@ -16,3 +16,4 @@ pub mod ffi;
 pub mod net;
 pub mod qp;
 pub mod sys;
+pub mod trace;

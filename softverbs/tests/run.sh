@@ -5,6 +5,8 @@
 #   3. BIND_NOW load of every Debian consumer with LD_LIBRARY_PATH=build/lib/soft:build/lib
 #   4. ibv_devices / ibv_devinfo show soft0
 #   5. the C behaviour tests in tests/c (two contexts over 127.0.0.1), also under valgrind
+#   6. Debian's verbs-only programs (perftest, qperf) as two processes
+#   7. the verbs trace (RDMACM_RS_TRACE) over an rping pair
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,7 +110,46 @@ if LD_LIBRARY_PATH=$LIBS timeout 50 qperf -lp 19801 127.0.0.1 -t 1 rc_bw rc_lat 
 else bad "qperf"; tail -20 "$out/qperf.cli"; fi
 kill $qpid 2>/dev/null; wait $qpid 2>/dev/null
 
-# 7. libFuzzer run of the frame decoder, only where cargo-fuzz and nightly are installed
+# 7. the verbs trace: RDMACM_RS_TRACE=<file> gets librdmacm's CM lines and our verbs lines
+#    (whole lines, one clock); unset or 0, nothing is written anywhere.
+trace=$PWD/$out/rping.trace
+rm -f "$trace"
+tline='^(rdmacm-rs|softverbs)\[[0-9]+\] +[0-9]+\.[0-9]{3}ms .* \([0-9]+us\)$'
+rping_pair() { # port, then env assignments for both sides
+  local port=$1; shift
+  env "$@" LD_LIBRARY_PATH=$LIBS timeout 30 rping -s -a 127.0.0.1 -p "$port" -C 10 > "$out/trace.srv" 2>&1 &
+  local spid=$!
+  sleep 0.7
+  env "$@" LD_LIBRARY_PATH=$LIBS timeout 30 rping -c -a 127.0.0.1 -p "$port" -C 10 -v > "$out/trace.cli" 2>&1
+  local crc=$?
+  wait $spid; local src=$?
+  [ $crc -eq 0 ] && [ $src -eq 0 ]
+}
+if rping_pair 18611 RDMACM_RS_TRACE="$trace"; then
+  missing=""
+  for want in '^rdmacm-rs\[[0-9]+\] .* rdma_connect\(' '^rdmacm-rs\[[0-9]+\] .* event RDMA_CM_EVENT_ESTABLISHED' \
+              '^softverbs\[[0-9]+\] .* ibv_open_device\(' '^softverbs\[[0-9]+\] .* ibv_reg_mr.*lkey 0x' \
+              '^softverbs\[[0-9]+\] .* ibv_modify_qp\(.*RTR->RTS' '^softverbs\[[0-9]+\] .* ibv_post_send\(.*RDMA_WRITE num_sge' \
+              '^softverbs\[[0-9]+\] .* ibv_post_send\(.*RDMA_READ num_sge' '^softverbs\[[0-9]+\] .* ibv_post_recv\(' \
+              '^softverbs\[[0-9]+\] .* ibv_poll_cq\(.* = [1-9][0-9]* \{wr_id 0x[0-9a-f]+ SUCCESS (RDMA_READ|RDMA_WRITE|SEND|RECV) len' \
+              '^softverbs\[[0-9]+\] .* ibv_get_cq_event\(' '^softverbs\[[0-9]+\] .* ibv_destroy_qp\('; do
+    grep -Eq "$want" "$trace" || missing="$missing [$want]"
+  done
+  if [ -n "$missing" ]; then bad "verbs trace: missing$missing"; head -40 "$trace"
+  elif grep -Evq "$tline" "$trace"; then bad "verbs trace: malformed or torn lines"; grep -Ev "$tline" "$trace" | head -5
+  elif grep -q '^softverbs.* ibv_poll_cq(.*) = 0 ' "$trace"; then bad "verbs trace: empty polls logged"
+  else ok "verbs trace: rping pair to a file, $(grep -c '^rdmacm-rs' "$trace") CM + $(grep -c '^softverbs' "$trace") verbs lines from $(cut -d' ' -f1 "$trace" | sort -u | wc -l) library/process pairs"; fi
+else bad "verbs trace: traced rping pair failed"; tail -5 "$out/trace.srv" "$out/trace.cli"; fi
+size=$(stat -c %s "$trace" 2>/dev/null)
+if rping_pair 18612 -u RDMACM_RS_TRACE && rping_pair 18613 RDMACM_RS_TRACE=0 \
+   && ! grep -Eq '^(rdmacm-rs|softverbs)\[' "$out/trace.srv" "$out/trace.cli" && [ "$(stat -c %s "$trace")" = "$size" ]; then
+  ok "verbs trace: unset or 0 writes nothing"
+else bad "verbs trace: unset/0 run failed or wrote trace lines"; tail -5 "$out/trace.srv" "$out/trace.cli"; fi
+if RDMACM_RS_TRACE=1 LD_LIBRARY_PATH=$SOFT timeout 10 ibv_devinfo > /dev/null 2> "$out/trace.stderr" \
+   && grep -Eq '^softverbs\[[0-9]+\] .* ibv_query_port\(.*ACTIVE' "$out/trace.stderr"; then ok "verbs trace: RDMACM_RS_TRACE=1 goes to stderr"
+else bad "verbs trace to stderr"; head -5 "$out/trace.stderr"; fi
+
+# 8. libFuzzer run of the frame decoder, only where cargo-fuzz and nightly are installed
 if command -v cargo-fuzz > /dev/null && rustup toolchain list 2>/dev/null | grep -q nightly; then
   if (cd softverbs/fuzz && timeout 600 cargo +nightly fuzz run decode -- -max_total_time=10) > "$out/fuzz.txt" 2>&1; then
     ok "cargo-fuzz decode: $(grep -o 'Done [0-9]* runs' "$out/fuzz.txt" | tail -1), no crash"

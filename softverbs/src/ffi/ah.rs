@@ -21,7 +21,13 @@ fn check_attr(ctx: &Context, a: &ibv_ah_attr) -> Result<()> {
 }
 
 export! {
-    null fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    null fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah,
+        trace |_, _r| {
+            // SAFETY: NULL or the caller's attr.
+            let a = if attr.is_null() { None } else { Some(unsafe { attr.read_unaligned() }) };
+            format!("ibv_create_ah({pd:p}{})", a.map(|a| ah_text(&a)).unwrap_or_default())
+        },
+    {
         let pd = handles::pd(pd)?;
         // SAFETY: in-pointer from the caller (checked for NULL).
         let a = unsafe { handles::get(attr) }?;
@@ -35,7 +41,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    errno fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int,
+        trace |_, _r| format!("ibv_destroy_ah({ah:p})"),
+    {
         let a = AHS.remove(ah).ok_or(Errno::EINVAL)?;
         a.pd.users.fetch_sub(1, Ordering::SeqCst);
         Ok(0)
@@ -82,7 +90,9 @@ export! {
 }
 
 export! {
-    null fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah {
+    null fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah,
+        trace |_, _r| format!("ibv_create_ah_from_wc({pd:p}, port {port_num})"),
+    {
         let p = handles::pd(pd)?;
         let mut a = init_from_wc(p.ctx.ibv(), port_num, wc, grh)?;
         // SAFETY: calling our own export with a live attr.
@@ -95,7 +105,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    errno fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int,
+        trace |_, _r| format!("ibv_attach_mcast({qp:p}{})", gid_text(gid)),
+    {
         let _ = lid;
         let q = handles::qp(qp)?;
         // SAFETY: in-pointer from the caller (checked for NULL).
@@ -107,7 +119,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    errno fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int,
+        trace |_, _r| format!("ibv_detach_mcast({qp:p}{})", gid_text(gid)),
+    {
         let _ = lid;
         let q = handles::qp(qp)?;
         // SAFETY: in-pointer from the caller (checked for NULL).
@@ -125,4 +139,23 @@ export! {
         handles::ctx(context)?;
         Err(Errno::EOPNOTSUPP)
     }
+}
+
+/// Trace text of an address vector.
+fn ah_text(a: &ibv_ah_attr) -> String {
+    if a.is_global != 0 {
+        // SAFETY: raw bytes of a plain-data union.
+        format!(", dgid {} sgid_index {} dlid {} port {}", crate::trace::gid(&unsafe { a.grh.dgid.raw }), a.grh.sgid_index, a.dlid, a.port_num)
+    } else {
+        format!(", dlid {} port {}", a.dlid, a.port_num)
+    }
+}
+
+/// `, gid …` of an in-pointer (trace text).
+fn gid_text(g: *const ibv_gid) -> String {
+    if g.is_null() {
+        return ", NULL".into();
+    }
+    // SAFETY: the caller's non-NULL GID.
+    format!(", gid {}", crate::trace::gid(&unsafe { (*g).raw }))
 }

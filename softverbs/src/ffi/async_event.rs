@@ -79,6 +79,51 @@ extern "C" fn take_async(context: *mut ibv_context, event: *mut ibv_async_event)
 /// see `ibv_get_cq_event` for why this frame calls only `extern "C"` helpers.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
+    let t0 = super::cq::trace_start();
+    // SAFETY: forwarded caller contract.
+    let r = unsafe { get_async_event(context, event) };
+    if t0.is_some() {
+        trace_async_event(t0, context, event, r);
+    }
+    r
+}
+
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn trace_async_event(t0: Option<std::time::Instant>, context: *mut ibv_context, event: *mut ibv_async_event, r: c_int) {
+    let Some(t0) = t0 else { return };
+    let err = (r < 0).then(Errno::last);
+    crate::trace::finish(t0, &r, err, |_| {
+        let after = if r == 0 {
+            // SAFETY: on success the caller's out-pointer holds the event just written.
+            let e = unsafe { event.read_unaligned() };
+            // SAFETY: reading the union member the event type selects (plain data).
+            let elem = unsafe {
+                match e.event_type {
+                    IBV_EVENT_CQ_ERR => format!("cq {:p}", e.element.cq),
+                    IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => format!("srq {:p}", e.element.srq),
+                    IBV_EVENT_DEVICE_FATAL => "device".to_string(),
+                    IBV_EVENT_PORT_ACTIVE | IBV_EVENT_PORT_ERR | IBV_EVENT_LID_CHANGE | IBV_EVENT_PKEY_CHANGE | IBV_EVENT_SM_CHANGE
+                    | IBV_EVENT_CLIENT_REREGISTER | IBV_EVENT_GID_CHANGE => format!("port {}", e.element.port_num),
+                    _ => {
+                        let q = e.element.qp;
+                        match handles::qp(q) {
+                            Ok(x) => format!("qp {q:p} qpn {}", x.qpn),
+                            Err(_) => format!("qp {q:p}"),
+                        }
+                    }
+                }
+            };
+            format!(" {} {elem}", crate::trace::event_type(e.event_type))
+        } else {
+            String::new()
+        };
+        (format!("ibv_get_async_event({context:p})"), after)
+    });
+}
+
+/// The body of `ibv_get_async_event` (no value with a destructor in this frame).
+unsafe fn get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
     if event.is_null() {
         set_errno(Errno::EINVAL);
         return -1;
@@ -100,7 +145,13 @@ pub unsafe extern "C" fn ibv_get_async_event(context: *mut ibv_context, event: *
 }
 
 export! {
-    void fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    void fn ibv_ack_async_event(event: *mut ibv_async_event),
+        trace |_, _r| {
+            // SAFETY: NULL or the caller's event (read only when non-NULL).
+            let ty = if event.is_null() { "NULL".to_string() } else { crate::trace::event_type(unsafe { (*event).event_type }) };
+            format!("ibv_ack_async_event({event:p} {ty})")
+        },
+    {
         if event.is_null() {
             return Ok(());
         }

@@ -3,12 +3,15 @@
 use super::handles::{self, CHANNELS, CQS};
 use crate::core::cq::{Channel, Cq, MAX_CQE};
 use crate::sys::{read_unit, set_errno, Errno};
+use crate::trace as t;
 use libc::{c_int, c_uint, c_void};
 use rdma_abi::verbs::*;
 use std::sync::atomic::Ordering;
 
 export! {
-    null fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    null fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel,
+        trace |_, r| (format!("ibv_create_comp_channel({context:p})"), handles::channel(*r).map(|c| format!(" fd {}", c.events.fd())).unwrap_or_default()),
+    {
         let ctx = handles::ctx(context)?;
         let ch = Channel::new(&ctx)?;
         let p = ch.ibv();
@@ -18,7 +21,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    errno fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int,
+        trace |_, _r| format!("ibv_destroy_comp_channel({channel:p})"),
+    {
         let ch = handles::channel(channel)?;
         if ch.users.load(Ordering::SeqCst) > 0 {
             return Err(Errno::EBUSY);
@@ -29,7 +34,9 @@ export! {
 }
 
 export! {
-    null fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq {
+    null fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq,
+        trace |_, _r| format!("ibv_create_cq({context:p}, cqe {cqe}, channel {channel:p}, comp_vector {comp_vector})"),
+    {
         let ctx = handles::ctx(context)?;
         if !(1..=MAX_CQE).contains(&cqe) || comp_vector != 0 {
             return Err(Errno::EINVAL);
@@ -50,7 +57,9 @@ export! {
 export! {
     /// Fails with EBUSY while a QP/SRQ uses the CQ; otherwise drops its unread events and
     /// waits until every event handed out was acknowledged (upstream: forever).
-    errno fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    errno fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int,
+        trace |_, _r| format!("ibv_destroy_cq({cq:p})"),
+    {
         let c = handles::cq(cq)?;
         if c.users.load(Ordering::SeqCst) > 0 {
             return Err(Errno::EBUSY);
@@ -62,7 +71,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    errno fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int,
+        trace |_, _r| format!("ibv_resize_cq({cq:p}, cqe {cqe})"),
+    {
         let c = handles::cq(cq)?;
         if !(1..=MAX_CQE).contains(&cqe) {
             return Err(Errno::EINVAL);
@@ -81,7 +92,14 @@ const YIELD_EVERY: u32 = 16;
 
 op! {
     /// `ctx->ops.poll_cq`: number of completions written, negative on a bad CQ.
-    neg fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    neg fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int,
+        trace |_, r| match *r {
+            0 => None,
+            n if n < 0 => Some((format!("ibv_poll_cq({cq:p}, {num_entries})"), String::new())),
+            // SAFETY: the poll just wrote n completions there.
+            n => Some((format!("ibv_poll_cq({cq:p}, {num_entries})"), format!(" {}", t::wcs(unsafe { std::slice::from_raw_parts(wc, n as usize) })))),
+        },
+    {
         let c = handles::cq(cq)?;
         if num_entries <= 0 {
             return Ok(0);
@@ -127,7 +145,9 @@ op! {
 }
 
 op! {
-    errno fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    errno fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int,
+        trace |_, _r| format!("ibv_req_notify_cq({cq:p}, solicited_only {solicited_only})"),
+    {
         let c = handles::cq(cq)?;
         c.arm(solicited_only != 0);
         if let Some(net) = c.ctx.net() {
@@ -193,8 +213,40 @@ extern "C" fn take_cq_event(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq
 /// fail with EINTR (no retry) and `pthread_cancel` can act there. This frame holds no value
 /// with a destructor and calls only `extern "C"` helpers (each with its own panic
 /// boundary), so it has no landing pad for glibc's forced unwinding to trip on.
+/// Traced like every export, by `extern "C"` helpers that hold their own panic boundary.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_context: *mut *mut c_void) -> c_int {
+    let t0 = trace_start();
+    // SAFETY: forwarded caller contract.
+    let r = unsafe { get_cq_event(channel, cq, cq_context) };
+    if t0.is_some() {
+        trace_cq_event(t0, channel, cq, r);
+    }
+    r
+}
+
+/// The start time of a traced call (`None` when the trace is off), for the two blocking
+/// reads; `Option<Instant>` is plain data (no destructor), and only Rust calls this.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+pub extern "C" fn trace_start() -> Option<std::time::Instant> {
+    std::panic::catch_unwind(t::start).ok().flatten()
+}
+
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn trace_cq_event(t0: Option<std::time::Instant>, channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, r: c_int) {
+    let Some(t0) = t0 else { return };
+    let err = (r < 0).then(Errno::last);
+    t::finish(t0, &r, err, |_| {
+        // SAFETY: on success the caller's out-pointer holds the CQ just written.
+        let after = if r == 0 && !cq.is_null() { format!(" cq {:p}", unsafe { *cq }) } else { String::new() };
+        (format!("ibv_get_cq_event({channel:p})"), after)
+    });
+}
+
+/// The body of `ibv_get_cq_event`: no value with a destructor lives in this frame either.
+unsafe fn get_cq_event(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_context: *mut *mut c_void) -> c_int {
     let fd = channel_fd(channel);
     if fd < 0 {
         return -1;
@@ -212,7 +264,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *m
 }
 
 export! {
-    void fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    void fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint),
+        trace |_, _r| format!("ibv_ack_cq_events({cq:p}, {nevents})"),
+    {
         if let Ok(c) = handles::cq(cq) {
             c.ack_comp(nevents);
         }

@@ -9,13 +9,16 @@ use crate::net::engine::Engine;
 use crate::net::frame::MAX_MSG;
 use crate::qp::{MAX_QP_WR, MAX_RD_ATOM};
 use crate::sys::{Errno, Result};
+use crate::trace as t;
 use libc::{c_char, c_int, c_void};
 use rdma_abi::verbs::*;
 use std::sync::Arc;
 
 export! {
     /// `calloc`ed, NULL-terminated array (qperf frees it with `free()`).
-    null fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    null fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device,
+        trace |_, r| ("ibv_get_device_list()".to_string(), if r.is_null() { String::new() } else { " num 1 (soft0)".to_string() }),
+    {
         // SAFETY: calloc of two pointer slots; checked for NULL.
         let list = unsafe { libc::calloc(2, std::mem::size_of::<*mut ibv_device>()) } as *mut *mut ibv_device;
         if list.is_null() {
@@ -32,7 +35,9 @@ export! {
 }
 
 export! {
-    void fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    void fn ibv_free_device_list(list: *mut *mut ibv_device),
+        trace |_, _r| format!("ibv_free_device_list({list:p})"),
+    {
         // SAFETY: list came from ibv_get_device_list (calloc) or is NULL.
         unsafe { libc::free(list.cast()) };
         Ok(())
@@ -94,7 +99,9 @@ fn build_vctx() -> verbs_context {
 }
 
 export! {
-    null fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    null fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context,
+        trace |_, r| (format!("ibv_open_device({dev:p})"), handles::ctx(*r).map(|c| format!(" soft0 lid {} port {} gids {}", c.lid, c.port(), c.gids.len())).unwrap_or_default()),
+    {
         check_dev(dev)?;
         let ctx = Context::new(build_vctx())?;
         let eng = Engine::start(&ctx)?;
@@ -106,7 +113,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    errno fn ibv_close_device(context: *mut ibv_context) -> c_int,
+        trace |_, _r| format!("ibv_close_device({context:p})"),
+    {
         let ctx = CTXS.remove(context).ok_or(Errno::EINVAL)?;
         if let Some(n) = ctx.net() {
             n.stop();
@@ -163,7 +172,9 @@ pub fn device_attr() -> ibv_device_attr {
 }
 
 export! {
-    errno fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int {
+    errno fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int,
+        trace |_, r| (format!("ibv_query_device({context:p})"), if *r == 0 { " soft0".to_string() } else { String::new() }),
+    {
         handles::ctx(context)?;
         // SAFETY: out-pointer from the caller (checked for NULL).
         unsafe { put(device_attr, self::device_attr()) }?;
@@ -173,7 +184,9 @@ export! {
 
 op! {
     /// `verbs_context.query_device_ex`: the classic attributes plus zeroed extensions.
-    errno fn query_device_ex_op(context: *mut ibv_context, input: *const ibv_query_device_ex_input, attr: *mut c_void, attr_size: usize) -> c_int {
+    errno fn query_device_ex_op(context: *mut ibv_context, input: *const ibv_query_device_ex_input, attr: *mut c_void, attr_size: usize) -> c_int,
+        trace |_, _r| format!("ibv_query_device_ex({context:p}, attr_size {attr_size})"),
+    {
         handles::ctx(context)?;
         if !input.is_null() {
             // SAFETY: non-NULL input from the caller.
@@ -232,26 +245,34 @@ fn query_port_common(context: *mut ibv_context, port: u8, attr: *mut c_void, len
 
 op! {
     /// `verbs_context.query_port` (what the inline `ibv_query_port` calls).
-    errno fn query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr, port_attr_len: usize) -> c_int {
+    errno fn query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr, port_attr_len: usize) -> c_int,
+        trace |_, r| port_line(context, port_num, *r),
+    {
         query_port_common(context, port_num, port_attr.cast(), port_attr_len)
     }
 }
 
 op! {
-    errno fn compat_query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut c_void) -> c_int {
+    errno fn compat_query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut c_void) -> c_int,
+        trace |_, r| port_line(context, port_num, *r),
+    {
         query_port_common(context, port_num, port_attr, 48)
     }
 }
 
 export! {
     /// The exported fallback: fills the 48-byte `_compat_ibv_port_attr`.
-    errno fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut c_void) -> c_int {
+    errno fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut c_void) -> c_int,
+        trace |_, r| port_line(context, port_num, *r),
+    {
         query_port_common(context, port_num, port_attr, 48)
     }
 }
 
 export! {
-    minus1 fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
+    minus1 fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int,
+        trace |_, r| (format!("ibv_query_gid({context:p}, port {port_num}, index {index})"), if *r == 0 && !gid.is_null() { format!(" gid {}", t::gid(&unsafe { gid.read_unaligned().raw })) } else { String::new() }),
+    {
         let ctx = handles::ctx(context)?;
         if port_num != 1 || index < 0 {
             return Err(Errno::EINVAL);
@@ -264,7 +285,9 @@ export! {
 }
 
 export! {
-    minus1 fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int {
+    minus1 fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int,
+        trace |_, _r| format!("ibv_query_pkey({context:p}, port {port_num}, index {index})"),
+    {
         handles::ctx(context)?;
         if port_num != 1 || index != 0 {
             return Err(Errno::EINVAL);
@@ -288,7 +311,9 @@ fn entry(ctx: &Context, index: u32) -> ibv_gid_entry {
 }
 
 export! {
-    errno fn _ibv_query_gid_ex(context: *mut ibv_context, port_num: u32, gid_index: u32, out: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int {
+    errno fn _ibv_query_gid_ex(context: *mut ibv_context, port_num: u32, gid_index: u32, out: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int,
+        trace |_, r| (format!("ibv_query_gid_ex({context:p}, port {port_num}, index {gid_index})"), if *r == 0 { format!(" gid {}", t::gid(&unsafe { out.read_unaligned().gid.raw })) } else { String::new() }),
+    {
         let ctx = handles::ctx(context)?;
         if port_num != 1 || flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() || out.is_null() {
             return Err(Errno::EINVAL);
@@ -303,7 +328,9 @@ export! {
 }
 
 export! {
-    neg fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, entry_size: usize) -> isize {
+    neg fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, entry_size: usize) -> isize,
+        trace |_, _r| format!("ibv_query_gid_table({context:p}, max_entries {max_entries})"),
+    {
         let ctx = handles::ctx(context)?;
         if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() || (entries.is_null() && max_entries > 0) {
             return Err(Errno::EINVAL);
@@ -322,4 +349,17 @@ pub fn gid_type_of(ctx: &Arc<Context>, index: u32) -> Result<u32> {
         return Err(Errno::EINVAL);
     }
     Ok(1) // IBV_GID_TYPE_SYSFS_ROCE_V2
+}
+
+/// Trace text of the three `query_port` entries.
+fn port_line(context: *mut ibv_context, port: u8, r: c_int) -> (String, String) {
+    let call = format!("ibv_query_port({context:p}, {port})");
+    let after = match handles::ctx(context) {
+        Ok(ctx) if r == 0 => {
+            let a = port_attr(&ctx);
+            format!(" ACTIVE mtu {} lid {} gid_tbl_len {}", t::mtu(a.active_mtu), a.lid, a.gid_tbl_len)
+        }
+        _ => String::new(),
+    };
+    (call, after)
 }

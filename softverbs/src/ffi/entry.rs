@@ -112,7 +112,51 @@ pub fn value<T>(name: &str, r: Caught<Result<T>>, fallback: T) -> T {
     }
 }
 
+/// The traced shape shared by `export!` and `op!`: `, trace [before] |pre, ret| text,`
+/// after the signature. `before` (optional) runs ahead of the body, only when tracing, and
+/// its value is bound to `pre`; `text` (a `String`, `(call, after)` or an `Option` of
+/// either; `None` writes nothing) is built after the C return value `ret` is known.
+macro_rules! traced_body {
+    ($name:expr, $conv:ident $(($fb:expr))?, $ret:ty, [$($pre:expr)?], $p:pat, $r:ident, $tr:expr, $body:block) => {{
+        let t0 = $crate::trace::start();
+        let pre = $crate::trace::before(t0, || ($($pre)?));
+        let r = ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(
+            || -> $crate::sys::Result<$ret> { $body },
+        ));
+        let err = $crate::trace::err_of(t0, &r);
+        let v = $crate::ffi::entry::$conv($name, r $(, $fb)?);
+        if let (Some(t0), Some($p)) = (t0, pre) {
+            $crate::trace::finish(t0, &v, err, |$r: &$ret| $tr);
+        }
+        v
+    }};
+}
+
 macro_rules! export {
+    ($(#[$m:meta])* $conv:ident fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $ret:ty, trace $([$pre:expr])? |$p:pat_param, $r:ident| $tr:expr, $body:block) => {
+        $(#[$m])*
+        #[no_mangle]
+        #[allow(unused_unsafe, clippy::not_unsafe_ptr_arg_deref)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            traced_body!(stringify!($name), $conv, $ret, [$($pre)?], $p, $r, $tr, $body)
+        }
+    };
+    ($(#[$m:meta])* value($fb:expr) fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $ret:ty, trace $([$pre:expr])? |$p:pat_param, $r:ident| $tr:expr, $body:block) => {
+        $(#[$m])*
+        #[no_mangle]
+        #[allow(unused_unsafe, clippy::not_unsafe_ptr_arg_deref)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            traced_body!(stringify!($name), value($fb), $ret, [$($pre)?], $p, $r, $tr, $body)
+        }
+    };
+    ($(#[$m:meta])* void fn $name:ident($($a:ident : $t:ty),* $(,)?), trace $([$pre:expr])? |$p:pat_param, $r:ident| $tr:expr, $body:block) => {
+        $(#[$m])*
+        #[no_mangle]
+        #[allow(unused_unsafe, clippy::not_unsafe_ptr_arg_deref)]
+        pub unsafe extern "C" fn $name($($a: $t),*) {
+            traced_body!(stringify!($name), void, (), [$($pre)?], $p, $r, $tr, $body)
+        }
+    };
     ($(#[$m:meta])* $conv:ident fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $ret:ty $body:block) => {
         $(#[$m])*
         #[no_mangle]
@@ -151,6 +195,13 @@ macro_rules! export {
 /// Same shapes as `export!`, but not `#[no_mangle]`: dispatch-table entries
 /// (`ctx->ops.*`, `verbs_context` members) reached through function pointers.
 macro_rules! op {
+    ($(#[$m:meta])* $conv:ident fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $ret:ty, trace $([$pre:expr])? |$p:pat_param, $r:ident| $tr:expr, $body:block) => {
+        $(#[$m])*
+        #[allow(unused_unsafe, clippy::not_unsafe_ptr_arg_deref)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            traced_body!(stringify!($name), $conv, $ret, [$($pre)?], $p, $r, $tr, $body)
+        }
+    };
     ($(#[$m:meta])* $conv:ident fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $ret:ty $body:block) => {
         $(#[$m])*
         #[allow(unused_unsafe, clippy::not_unsafe_ptr_arg_deref)]

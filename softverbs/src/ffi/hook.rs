@@ -42,7 +42,14 @@ op! {
 }
 
 op! {
-    errno fn add_peer(context: *mut ibv_context, gid: *const ibv_gid, qpn: u32, addr: *const sockaddr, len: socklen_t) -> c_int {
+    errno fn add_peer(context: *mut ibv_context, gid: *const ibv_gid, qpn: u32, addr: *const sockaddr, len: socklen_t) -> c_int,
+        trace |_, _r| {
+            // SAFETY: NULL or the hook caller's GID / address of `len` bytes.
+            let g = if gid.is_null() { "NULL".to_string() } else { crate::trace::gid(&unsafe { (*gid).raw }) };
+            let a = unsafe { from_raw(addr, len) }.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
+            format!("softverbs_cm_ops.add_peer({context:p}, gid {g}, qpn {qpn}, {a})")
+        },
+    {
         let ctx = handles::ctx(context)?;
         if gid.is_null() || qpn & !0x00ff_ffff != 0 {
             return Err(Errno::EINVAL);

@@ -3,6 +3,7 @@
 use super::handles::{self, MRS, PDS};
 use crate::core::mem::{self, check_access, Pd};
 use crate::sys::{Errno, Result};
+use crate::trace as t;
 use libc::{c_int, c_void};
 use rdma_abi::verbs::*;
 use std::cell::UnsafeCell;
@@ -16,7 +17,9 @@ static NEXT_PD: AtomicU64 = AtomicU64::new(1);
 static HELD: std::sync::LazyLock<crate::core::registry::Table<mem::Mr>> = std::sync::LazyLock::new(Default::default);
 
 export! {
-    null fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    null fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd,
+        trace |_, r| (format!("ibv_alloc_pd({context:p})"), handles::pd(*r).map(|p| format!(" handle {}", p.id)).unwrap_or_default()),
+    {
         let ctx = handles::ctx(context)?;
         let id = NEXT_PD.fetch_add(1, Ordering::SeqCst);
         let pd = Arc::new(Pd {
@@ -33,7 +36,9 @@ export! {
 
 export! {
     /// EBUSY (and the PD stays usable) while MRs, QPs, SRQs or AHs use it.
-    errno fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    errno fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int,
+        trace |_, _r| format!("ibv_dealloc_pd({pd:p})"),
+    {
         let p = handles::pd(pd)?;
         if p.users.load(Ordering::SeqCst) > 0 {
             return Err(Errno::EBUSY);
@@ -57,20 +62,26 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_i
 }
 
 export! {
-    null fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr {
+    null fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr,
+        trace |_, r| (format!("ibv_reg_mr({pd:p}, addr {addr:p}, len {length}, access {})", t::access(access as u32)), mr_keys(*r)),
+    {
         reg(pd, addr, length, addr as u64, access)
     }
 }
 
 export! {
-    null fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut ibv_mr {
+    null fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut ibv_mr,
+        trace |_, r| (format!("ibv_reg_mr_iova({pd:p}, addr {addr:p}, len {length}, iova {iova:#x}, access {})", t::access(access as u32)), mr_keys(*r)),
+    {
         reg(pd, addr, length, iova, access)
     }
 }
 
 export! {
     /// Access bits in `IBV_ACCESS_OPTIONAL_RANGE` (0x3ff00000) are ignored.
-    null fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> *mut ibv_mr {
+    null fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> *mut ibv_mr,
+        trace |_, r| (format!("ibv_reg_mr_iova2({pd:p}, addr {addr:p}, len {length}, iova {iova:#x}, access {})", t::access(access)), mr_keys(*r)),
+    {
         reg(pd, addr, length, iova, access as c_int)
     }
 }
@@ -85,7 +96,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    errno fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int,
+        trace [handles::mr(mr).map(|m| mr_keys(m.ibv())).unwrap_or_default()] |keys, _r| (format!("ibv_dereg_mr({mr:p})"), keys),
+    {
         let m = MRS.remove(mr).ok_or(Errno::EINVAL)?;
         mem::unregister(&m);
         HELD.remove(mr);
@@ -96,7 +109,9 @@ export! {
 export! {
     /// Re-registers in place: translation, PD and/or access. Returns 0 or a negative
     /// `IBV_REREG_MR_ERR_*` code (-1 bad input, -4 command failed) with errno set.
-    value(-4) fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
+    value(-4) fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int,
+        trace |_, r| (format!("ibv_rereg_mr({mr:p}, flags {flags:#x}, pd {pd:p}, addr {addr:p}, len {length}, access {})", t::access(access as u32)), if *r == 0 { mr_keys(mr) } else { format!(" errno {}", crate::sys::Errno::last().0) }),
+    {
         let fail = |e: Errno, code: c_int| {
             crate::sys::set_errno(e);
             Ok(code)
@@ -223,5 +238,13 @@ export! {
     errno fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int {
         let _ = (base, size);
         Ok(0)
+    }
+}
+
+/// ` lkey … rkey …` of a live MR (trace text); empty for NULL or an unknown pointer.
+fn mr_keys(mr: *mut ibv_mr) -> String {
+    match handles::mr(mr) {
+        Ok(m) => format!(" lkey {:#x} rkey {:#x}", m.lkey, m.rkey),
+        Err(_) => String::new(),
     }
 }

@@ -24,7 +24,9 @@ export! {
 export! {
     /// `int ibv_query_gid_type(ctx, port, index, enum ibv_gid_type_sysfs *type)`: every
     /// entry is RoCE v2 (sysfs value 1).
-    minus1 fn ibv_query_gid_type(context: *mut ibv_context, port_num: u8, index: u32, gid_type: *mut u32) -> c_int {
+    minus1 fn ibv_query_gid_type(context: *mut ibv_context, port_num: u8, index: u32, gid_type: *mut u32) -> c_int,
+        trace |_, _r| format!("ibv_query_gid_type({context:p}, port {port_num}, index {index})"),
+    {
         let ctx = handles::ctx(context)?;
         if port_num != 1 {
             return Err(Errno::EINVAL);

@@ -6,6 +6,7 @@ use crate::core::srq::read_recv_list;
 use crate::qp::{requester, ud, CreateArgs, Qp};
 use crate::qp::state::Kind;
 use crate::sys::{Errno, Result};
+use crate::trace as t;
 use libc::c_int;
 use rdma_abi::verbs::*;
 use std::sync::Arc;
@@ -35,7 +36,9 @@ fn create(pd: *mut ibv_pd, a: &ibv_qp_init_attr, create_flags: u32) -> Result<*m
 
 export! {
     /// Writes the granted capabilities back into `qp_init_attr->cap`.
-    null fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    null fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp,
+        trace |_, r| (create_line("ibv_create_qp", pd, qp_init_attr), created(*r)),
+    {
         // SAFETY: in/out pointer from the caller (checked for NULL).
         let a = unsafe { handles::get(qp_init_attr) }?;
         let p = create(pd, &a, 0)?;
@@ -49,7 +52,13 @@ export! {
 op! {
     /// `verbs_context.create_qp_ex`: PD plus optional create flags
     /// (`IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`); the extended send API and XRC are declined.
-    null fn create_qp_ex_op(context: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    null fn create_qp_ex_op(context: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp,
+        trace |_, r| {
+            // SAFETY: NULL or the caller's attr (read only when non-NULL).
+            let (pd, base) = if attr.is_null() { (std::ptr::null_mut(), std::ptr::null()) } else { unsafe { ((*attr).pd, attr as *const ibv_qp_init_attr) } };
+            (create_line("ibv_create_qp_ex", pd, base), created(*r))
+        },
+    {
         let ctx = handles::ctx(context)?;
         // SAFETY: in/out pointer from the caller (checked for NULL).
         let a = unsafe { handles::get(attr) }?;
@@ -83,7 +92,20 @@ op! {
 }
 
 export! {
-    errno fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int {
+    errno fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int,
+        trace [handles::qp(qp).ok().map(|q| (q.qpn, crate::core::registry::lock(&q.st).state))] |before, _r| {
+            let mask = attr_mask as u32;
+            let (qpn, from) = before.map(|(n, s)| (n.to_string(), t::qp_state(s))).unwrap_or(("?".into(), "?".into()));
+            // SAFETY: NULL or the caller's attr (read only when non-NULL).
+            let a = if attr.is_null() { None } else { Some(unsafe { attr.read_unaligned() }) };
+            let st = match a {
+                Some(a) if mask & IBV_QP_STATE != 0 => format!("{from}->{}", t::qp_state(a.qp_state)),
+                _ => from,
+            };
+            let rest = a.map(|a| t::qp_attr(&a, mask)).unwrap_or_default();
+            format!("ibv_modify_qp({qp:p} qpn {qpn}, {st}, mask {}{rest})", t::qp_mask(mask))
+        },
+    {
         let q = handles::qp(qp)?;
         // SAFETY: in-pointer from the caller (checked for NULL).
         let a = unsafe { handles::get(attr) }?;
@@ -93,7 +115,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int {
+    errno fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int,
+        trace |_, r| (format!("ibv_query_qp({qp:p}, mask {})", t::qp_mask(attr_mask as u32)), if *r == 0 { format!(" state {}", t::qp_state(unsafe { attr.read_unaligned() }.qp_state)) } else { String::new() }),
+    {
         let q = handles::qp(qp)?;
         let _ = attr_mask;
         let (a, cap) = q.query();
@@ -119,7 +143,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    errno fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int,
+        trace [handles::qp(qp).map(|q| format!(" qpn {}", q.qpn)).unwrap_or_default()] |qpn, _r| format!("ibv_destroy_qp({qp:p}{qpn})"),
+    {
         let q = QPS.remove(qp).ok_or(Errno::EINVAL)?;
         q.destroy();
         Ok(0)
@@ -127,7 +153,9 @@ export! {
 }
 
 op! {
-    errno fn post_send_op(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int {
+    errno fn post_send_op(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int,
+        trace |_, _r| format!("ibv_post_send({qp:p}{}, {})", qpn_of(qp), unsafe { t::send_wrs(wr) }),
+    {
         let q = match handles::qp(qp) {
             Ok(q) => q,
             Err(e) => {
@@ -160,7 +188,9 @@ op! {
 }
 
 op! {
-    errno fn post_recv_op(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
+    errno fn post_recv_op(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int,
+        trace |_, _r| format!("ibv_post_recv({qp:p}{}, {})", qpn_of(qp), unsafe { t::recv_wrs(wr) }),
+    {
         let set_bad = |p: *mut ibv_recv_wr| {
             if !bad_wr.is_null() {
                 // SAFETY: caller's out-pointer.
@@ -223,4 +253,32 @@ export! {
         handles::qp(qp)?;
         Ok(if flags & 1 != 0 { 3 } else { 1 })
     }
+}
+
+/// ` qpn N` of a live QP (trace text).
+fn qpn_of(qp: *mut ibv_qp) -> String {
+    handles::qp(qp).map(|q| format!(" qpn {}", q.qpn)).unwrap_or_default()
+}
+
+/// Trace text of a QP creation (`a` read after the call: `cap` holds what was granted).
+fn create_line(name: &str, pd: *mut ibv_pd, a: *const ibv_qp_init_attr) -> String {
+    if a.is_null() {
+        return format!("{name}({pd:p}, NULL)");
+    }
+    // SAFETY: the caller's non-NULL attr.
+    let a = unsafe { a.read_unaligned() };
+    format!(
+        "{name}({pd:p}, {}, send_cq {:p}, recv_cq {:p}, srq {:p}, sq_sig_all {}, {})",
+        t::qp_type(a.qp_type),
+        a.send_cq,
+        a.recv_cq,
+        a.srq,
+        a.sq_sig_all,
+        t::cap(&a.cap)
+    )
+}
+
+/// ` qpn N` of a QP just created.
+fn created(p: *mut ibv_qp) -> String {
+    if p.is_null() { String::new() } else { qpn_of(p) }
 }

@@ -23,7 +23,13 @@ fn create(pd: *mut ibv_pd, srq_context: *mut libc::c_void, attr: *mut ibv_srq_at
 }
 
 export! {
-    null fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    null fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq,
+        trace |_, _r| {
+            // SAFETY: NULL or the caller's attr, which now holds what was granted.
+            let a = if srq_init_attr.is_null() { None } else { Some(unsafe { (*srq_init_attr).attr }) };
+            format!("ibv_create_srq({pd:p}{})", a.map(|a| format!(", max_wr {} max_sge {} limit {}", a.max_wr, a.max_sge, a.srq_limit)).unwrap_or_default())
+        },
+    {
         if srq_init_attr.is_null() {
             return Err(Errno::EINVAL);
         }
@@ -35,7 +41,9 @@ export! {
 
 op! {
     /// `verbs_context.create_srq_ex`: basic SRQs only (XRC and tag matching: EOPNOTSUPP).
-    null fn create_srq_ex_op(context: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
+    null fn create_srq_ex_op(context: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq,
+        trace |_, _r| format!("ibv_create_srq_ex({context:p})"),
+    {
         let ctx = handles::ctx(context)?;
         // SAFETY: in/out pointer from the caller (checked for NULL).
         let a = unsafe { handles::get(attr) }?;
@@ -58,7 +66,13 @@ op! {
 }
 
 export! {
-    errno fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int {
+    errno fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int,
+        trace |_, _r| {
+            // SAFETY: NULL or the caller's attr.
+            let a = if srq_attr.is_null() { None } else { Some(unsafe { srq_attr.read_unaligned() }) };
+            format!("ibv_modify_srq({srq:p}, mask {srq_attr_mask:#x}{})", a.map(|a| format!(", max_wr {} limit {}", a.max_wr, a.srq_limit)).unwrap_or_default())
+        },
+    {
         let s = handles::srq(srq)?;
         // SAFETY: in-pointer from the caller (checked for NULL).
         let a = unsafe { handles::get(srq_attr) }?;
@@ -77,7 +91,9 @@ export! {
 }
 
 export! {
-    errno fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    errno fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int,
+        trace |_, _r| format!("ibv_destroy_srq({srq:p})"),
+    {
         let s = handles::srq(srq)?;
         if s.users.load(Ordering::SeqCst) > 0 {
             return Err(Errno::EBUSY);
@@ -91,7 +107,9 @@ export! {
 }
 
 op! {
-    errno fn post_srq_recv_op(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
+    errno fn post_srq_recv_op(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int,
+        trace |_, _r| format!("ibv_post_srq_recv({srq:p}, {})", unsafe { crate::trace::recv_wrs(wr) }),
+    {
         let set_bad = |p: *mut ibv_recv_wr| {
             if !bad_wr.is_null() {
                 // SAFETY: caller's out-pointer.
