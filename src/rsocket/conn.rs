@@ -400,6 +400,11 @@ impl Conn {
         self.ctrl_avail >= n
     }
 
+    /// Data messages posted whose completions are not in yet.
+    pub fn sends_in_flight(&self) -> bool {
+        self.data_avail < self.sq_size - RS_QP_CTRL_SIZE
+    }
+
     pub fn all_sends_done(&self) -> bool {
         self.data_avail == self.sq_size - RS_QP_CTRL_SIZE && self.ctrl_avail == RS_QP_CTRL_SIZE
     }

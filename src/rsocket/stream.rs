@@ -369,8 +369,15 @@ impl St {
     /// Sends what it can of `src` (at most `max` bytes per message).
     fn send_some(&mut self, src: &mut Gather) -> Result<usize> {
         let mut sent = 0;
-        let mut olen = super::conn::RS_OLAP_START_SIZE;
         let c = self.conn.as_mut().ok_or(Errno(libc::ENOTCONN))?;
+        // The small first chunks let the wire start while the rest is copied;
+        // with writes already in flight the wire is busy anyway, and every
+        // extra message costs the peer a completion and an acknowledgement.
+        let mut olen = if c.sends_in_flight() {
+            super::conn::RS_MAX_TRANSFER
+        } else {
+            super::conn::RS_OLAP_START_SIZE
+        };
         if !c.iomap_pending.is_empty() && !c.send_iomaps()? {
             return Ok(0);
         }
