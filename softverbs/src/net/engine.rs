@@ -916,7 +916,7 @@ impl TcpLink {
     /// target memory (copying what `avail` already holds).
     fn try_direct(self: &Arc<Self>, bound: &Option<Weak<Qp>>, avail: &[u8]) -> Option<Direct> {
         let h = super::frame::decode_header(avail).ok()?;
-        if h.op != Op::Write || h.flags & super::frame::F_IMM != 0 || h.payload_len < DIRECT_MIN {
+        if h.op != Op::Write || h.payload_len < DIRECT_MIN {
             return None;
         }
         let qp = match &self.role {
