@@ -78,6 +78,8 @@ pub struct St {
     pub conn: Option<Conn>,
     pub listen: Option<Listen>,
     pub waiters: u32,
+    /// Threads in `cond.wait_timeout` (raccept).
+    cond_waiters: u32,
     /// The CM channel had an event at the last sleep (read it at the next progress).
     pub cm_pending: bool,
     last_cm_check: Instant,
@@ -370,14 +372,7 @@ impl St {
     fn send_some(&mut self, src: &mut Gather) -> Result<usize> {
         let mut sent = 0;
         let c = self.conn.as_mut().ok_or(Errno(libc::ENOTCONN))?;
-        // The small first chunks let the wire start while the rest is copied;
-        // with writes already in flight the wire is busy anyway, and every
-        // extra message costs the peer a completion and an acknowledgement.
-        let mut olen = if c.sends_in_flight() {
-            super::conn::RS_MAX_TRANSFER
-        } else {
-            super::conn::RS_OLAP_START_SIZE
-        };
+        let mut olen = c.first_chunk();
         if !c.iomap_pending.is_empty() && !c.send_iomaps()? {
             return Ok(0);
         }
@@ -435,6 +430,7 @@ impl Stream {
                 conn: None,
                 listen: None,
                 waiters: 0,
+                cond_waiters: 0,
                 cm_pending: true,
                 last_cm_check: Instant::now(),
                 gen: 0,
@@ -460,7 +456,11 @@ impl Stream {
         if st.waiters > 0 {
             self.wake.raise();
         }
-        self.cond.notify_all();
+        // A notify is a futex syscall even with nobody waiting, and this runs on
+        // every receive: only raccept sleeps on the condition variable.
+        if st.cond_waiters > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// Waits until `ready` holds (after progress), or fails with EAGAIN when
@@ -732,7 +732,9 @@ impl Stream {
             if nonblock {
                 return Err(Errno::EAGAIN);
             }
+            st.cond_waiters += 1;
             st = self.cond.wait_timeout(st, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
+            st.cond_waiters -= 1;
         }
     }
 
