@@ -189,7 +189,7 @@ impl Engine {
             shared: self.shared.clone(),
             role,
             tx: Mutex::new(Tx { q: VecDeque::new(), off: 0, connecting, want_out: connecting, corked: false, held: false }),
-            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None, direct: None, bulk: false }),
+            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None, direct: None, bulk: 0 }),
             dead: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             peer_qpn: std::sync::atomic::AtomicU32::new(NO_PEER),
@@ -568,6 +568,8 @@ struct Tx {
 const RX_CHUNK: usize = 64 << 10;
 /// WRITE payloads at least this long go straight from the socket into the MR.
 const DIRECT_MIN: u32 = 8 << 10;
+/// Frames read one at a time after a direct one (see `Rx::bulk`).
+const BULK_FRAMES: u8 = 8;
 /// Most queued response bytes a polling thread holds back (a few ACKs).
 const HOLD_MAX: usize = 1024;
 /// `ibv_poll_cq` calls held responses may wait through.
@@ -584,9 +586,12 @@ struct Rx {
     bound: Option<Weak<Qp>>,
     /// A WRITE whose payload is being received straight into the responder's MR.
     direct: Option<Direct>,
-    /// The last frame went direct: at a frame boundary read just the next header first,
-    /// so a following large WRITE's payload is not staged (and copied) either.
-    bulk: bool,
+    /// Frames still to read one at a time since the last direct one: at a frame boundary
+    /// read just the next header, and then only the rest of that frame, so a following
+    /// large WRITE's payload is not staged (and copied) either. It lasts a few frames, as
+    /// the small ones in between (ACKs, credit messages) would otherwise pull the next
+    /// large one into the staging buffer.
+    bulk: u8,
 }
 
 struct Direct {
@@ -832,7 +837,7 @@ impl TcpLink {
                 let avail = &buf[*start..];
                 match decode(avail) {
                     Ok((h, total)) => {
-                        *bulk = false;
+                        *bulk = bulk.saturating_sub(1);
                         let ok = self.dispatch(ctx, bound, &h, &avail[HDR_LEN..total]);
                         *start += total;
                         if !ok {
@@ -844,7 +849,7 @@ impl TcpLink {
                             if let Some(d) = self.try_direct(bound, avail) {
                                 // The payload bytes already here went to the MR.
                                 *direct = Some(d);
-                                *bulk = true;
+                                *bulk = BULK_FRAMES;
                                 buf.clear();
                                 *start = 0;
                                 break;
@@ -886,8 +891,10 @@ impl TcpLink {
             rx.buf.reserve(want);
             let len = rx.buf.len();
             let mut spare = rx.buf.capacity() - len;
-            if rx.bulk && len == 0 {
-                spare = HDR_LEN;
+            if rx.bulk > 0 {
+                // Only what completes the current frame, or the next header.
+                let need = if pending > len { pending - len } else { HDR_LEN.saturating_sub(len).max(1) };
+                spare = spare.min(need);
             }
             // SAFETY: writes at most `spare` bytes into the vector's spare capacity.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), rx.buf.as_mut_ptr().add(len).cast(), spare, libc::MSG_DONTWAIT) };
