@@ -570,6 +570,9 @@ const RX_CHUNK: usize = 64 << 10;
 const DIRECT_MIN: u32 = 8 << 10;
 /// Frames read one at a time after a direct one (see `Rx::bulk`).
 const BULK_FRAMES: u8 = 8;
+/// What such a read takes beyond the current frame: a few small frames (ACKs, credit
+/// messages) come in one `recv`, and at most this much of a large WRITE's payload is staged.
+const BULK_READ: usize = 4 * HDR_LEN;
 /// Most queued response bytes a polling thread holds back (a few ACKs).
 const HOLD_MAX: usize = 1024;
 /// `ibv_poll_cq` calls held responses may wait through.
@@ -820,12 +823,15 @@ impl TcpLink {
                 match self.recv_direct(rx) {
                     Err(()) => return Err(false),
                     Ok(None) => return Ok(got),
-                    Ok(Some(complete)) => {
+                    Ok(Some((complete, emptied))) => {
                         got = true;
                         if !complete {
                             // Short read: the socket is (nearly) empty.
                             return Ok(got);
                         }
+                        // The frames that came along are handled; no `recv` just to learn
+                        // the socket is empty.
+                        drained |= emptied;
                         continue;
                     }
                 }
@@ -892,8 +898,9 @@ impl TcpLink {
             let len = rx.buf.len();
             let mut spare = rx.buf.capacity() - len;
             if rx.bulk > 0 {
-                // Only what completes the current frame, or the next header.
-                let need = if pending > len { pending - len } else { HDR_LEN.saturating_sub(len).max(1) };
+                // The rest of the current header; or the rest of the current frame and
+                // the next header(s).
+                let need = if len < HDR_LEN { BULK_READ - len } else { pending.saturating_sub(len) + BULK_READ };
                 spare = spare.min(need);
             }
             // SAFETY: writes at most `spare` bytes into the vector's spare capacity.
@@ -942,32 +949,56 @@ impl TcpLink {
         Some(Direct { qp, h, done: have.len(), ok })
     }
 
-    /// Receives more of the direct WRITE. `Ok(None)`: nothing available; `Ok(Some(done))`.
-    fn recv_direct(self: &Arc<Self>, rx: &mut Rx) -> std::result::Result<Option<bool>, ()> {
-        let Some(d) = rx.direct.as_mut() else { return Ok(Some(true)) };
+    /// Receives more of the direct WRITE. `Ok(None)`: nothing available;
+    /// `Ok(Some((done, emptied)))`: `emptied` if the socket had nothing after the payload.
+    fn recv_direct(self: &Arc<Self>, rx: &mut Rx) -> std::result::Result<Option<(bool, bool)>, ()> {
+        let Rx { buf, direct, .. } = rx;
+        let Some(d) = direct.as_mut() else { return Ok(Some((true, false))) };
         let len = d.h.payload_len as usize;
         let fd = self.fd.as_raw_fd();
+        let mut extra = 0;
         let n = if d.ok && !self.dead.load(Ordering::SeqCst) {
             let want = len - d.done;
             let (done, h) = (d.done, d.h);
+            // The next frame's header (and a few small frames) come along into the (empty)
+            // staging buffer: one `recv` fewer per frame.
+            buf.clear();
+            buf.reserve(BULK_READ);
+            let tail = buf.as_mut_ptr();
             let r = responder::recv_direct(&d.qp, &h, done, want, &mut |dst: *mut u8, n: usize| {
-                // SAFETY: dst..dst+n lies inside a checked MR while the key lock is held.
-                unsafe { libc::recv(fd, dst.cast(), n, libc::MSG_DONTWAIT) }
+                let mut iov = [
+                    libc::iovec { iov_base: dst.cast(), iov_len: n },
+                    libc::iovec { iov_base: tail.cast(), iov_len: BULK_READ },
+                ];
+                // SAFETY: msghdr is plain data.
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = iov.as_mut_ptr();
+                msg.msg_iovlen = 2;
+                // SAFETY: dst..dst+n lies inside a checked MR while the key lock is held;
+                // tail has BULK_READ bytes of spare capacity.
+                unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) }
             });
             match r {
-                Some(n) => n,
+                Some(n) => {
+                    if n > want as isize {
+                        extra = n as usize - want;
+                        n.min(want as isize)
+                    } else {
+                        n
+                    }
+                }
                 None => {
                     d.ok = false;
-                    return Ok(Some(false));
+                    return Ok(Some((false, false)));
                 }
             }
         } else {
             // Discarding: read into the staging buffer and drop.
-            rx.buf.clear();
-            rx.buf.reserve(RX_CHUNK);
-            let want = (len - d.done).min(rx.buf.capacity());
+            buf.clear();
+            buf.reserve(RX_CHUNK);
+            let want = (len - d.done).min(buf.capacity());
             // SAFETY: at most `want` ≤ capacity bytes into the empty vector's buffer.
-            unsafe { libc::recv(fd, rx.buf.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) }
+            unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) }
         };
         if n == 0 {
             return Err(());
@@ -982,12 +1013,16 @@ impl TcpLink {
         let want = len - d.done;
         d.done += n as usize;
         if d.done < len {
-            return Ok(Some((n as usize) == want));
+            return Ok(Some(((n as usize) == want, false)));
         }
-        let Some(d) = rx.direct.take() else { return Ok(Some(true)) };
+        // SAFETY: recvmsg initialised `extra` ≤ BULK_READ bytes at the start of the empty
+        // buffer.
+        unsafe { buf.set_len(extra) };
+        let emptied = d.ok && extra < BULK_READ;
+        let Some(d) = direct.take() else { return Ok(Some((true, emptied))) };
         let me: Arc<dyn Link> = self.clone();
         responder::finish_direct(&d.qp, &me, &d.h, d.ok);
-        Ok(Some(true))
+        Ok(Some((true, emptied)))
     }
 
     fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, bound: &mut Option<Weak<Qp>>, h: &Header, payload: &[u8]) -> bool {
