@@ -6,9 +6,10 @@
 //! RC: a requester QP opens a TCP connection to the responder's context (lazily, on its
 //! first transmission) and sends `Hello` first; the responder answers each request on that
 //! same connection, and sends its own QP's requests back on it too when it has none yet (so
-//! a QP pair normally shares one connection; if both sides open at once they keep two, and
-//! nobody has to agree on who connects). Writes never block: what the socket does not take
-//! is queued and flushed on `EPOLLOUT`.
+//! a QP pair normally shares one connection; if both sides open at once, nobody has to agree
+//! on who connects: both use two until one side, with nothing in flight, moves to the other's,
+//! see `requester::prefer_peer_link`). Writes never block: what the socket does not take is
+//! queued and flushed on `EPOLLOUT`.
 //!
 //! Progress: the progress thread, or — polling-driven progress — any application thread
 //! in `ibv_poll_cq` on an empty CQ ([`Transport::progress`]: the same handlers, never
@@ -179,7 +180,7 @@ impl Engine {
         Ok(eng)
     }
 
-    fn register(&self, fd: OwnedFd, role: Role, connecting: bool) -> Result<Arc<TcpLink>> {
+    fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>) -> Result<Arc<TcpLink>> {
         let token = self.next_token.fetch_add(1, Ordering::SeqCst);
         setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
         let link = Arc::new(TcpLink {
@@ -193,6 +194,8 @@ impl Engine {
             dead: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             peer_qpn: std::sync::atomic::AtomicU32::new(NO_PEER),
+            hello_qp: std::sync::OnceLock::new(),
+            listener,
         });
         lock(&self.conns).insert(token, link.clone());
         let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -299,7 +302,16 @@ impl Engine {
                 libc::accept4(self.listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
             };
             let Ok(fd) = owned(fd) else { return };
-            let _ = self.register(fd, Role::Inbound, false);
+            // SAFETY: sockaddr_storage is plain data.
+            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut sl = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: ss/sl are live and sized; getsockname fills at most sl bytes.
+            let me = match unsafe { libc::getsockname(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut sl) } {
+                // SAFETY: getsockname filled sl bytes of ss.
+                0 => unsafe { from_raw(&ss as *const _ as *const libc::sockaddr, sl) },
+                _ => None,
+            };
+            let _ = self.register(fd, Role::Inbound, false, me);
         }
     }
 
@@ -341,11 +353,14 @@ impl Engine {
                 Ok(drained) => {
                     any |= drained;
                     if drained {
-                        if let Role::Outbound(q) = &link.role {
-                            if let Some(qp) = q.upgrade() {
-                                let as_dyn: Arc<dyn Link> = link.clone();
-                                requester::on_drained(&qp, &as_dyn);
-                            }
+                        // An accepted stream may carry its local QP's requests too.
+                        let owner = match &link.role {
+                            Role::Outbound(q) => q.upgrade(),
+                            Role::Inbound => link.hello_qp.get().and_then(|w| w.upgrade()),
+                        };
+                        if let Some(qp) = owner {
+                            let as_dyn: Arc<dyn Link> = link.clone();
+                            requester::on_drained(&qp, &as_dyn);
                         }
                         link.settle();
                     }
@@ -407,7 +422,7 @@ impl Transport for Engine {
         if r < 0 && Errno::last().0 != libc::EINPROGRESS {
             return Err(Errno::last());
         }
-        let link = self.register(fd, Role::Outbound(owner), true)?;
+        let link = self.register(fd, Role::Outbound(owner), true, Some(addr))?;
         Ok(link)
     }
 
@@ -620,6 +635,10 @@ pub struct TcpLink {
     reported: AtomicBool,
     /// Inbound: the QPN the `Hello` named as its source (`NO_PEER` before it).
     peer_qpn: std::sync::atomic::AtomicU32,
+    /// Inbound: the local QP its `Hello` named (set once).
+    hello_qp: std::sync::OnceLock<Weak<Qp>>,
+    /// The listening endpoint the stream was opened to (`Link::listener`).
+    listener: Option<SocketAddr>,
 }
 
 const NO_PEER: u32 = u32::MAX;
@@ -1035,6 +1054,7 @@ impl TcpLink {
             let qp = ctx.find_qp(h.dst_qpn);
             *bound = Some(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
             self.peer_qpn.store(h.src_qpn, Ordering::SeqCst);
+            let _ = self.hello_qp.set(bound.clone().unwrap_or_default());
             if let Some(qp) = qp {
                 responder::on_hello(&qp, &me, h);
             }
@@ -1154,5 +1174,9 @@ impl Link for TcpLink {
 
     fn is_dead(&self) -> bool {
         self.dead.load(Ordering::SeqCst)
+    }
+
+    fn listener(&self) -> Option<SocketAddr> {
+        self.listener
     }
 }
