@@ -79,6 +79,9 @@ pub struct Conn {
     pub rbuf_size: usize,
     /// iWARP: 32-bit messages travel as SENDs (no immediate data).
     pub msg_send: bool,
+    /// Sends on an idle wire start small and grow (rsocket.md §4), so the first bytes
+    /// travel while the rest is copied; not on software devices (`is_software`).
+    pub ramp: bool,
     /// The peer's byte order differs: adverts written to it are swapped.
     pub swap: bool,
     /// Entries of our own peer-visible iomap table (in tbuf).
@@ -190,6 +193,7 @@ impl Conn {
             sbuf_size: z.sbuf_size,
             rbuf_size,
             msg_send,
+            ramp: !is_software(verbs),
             swap: false,
             target_iomap_len: iomap_len,
             sseq_no: 0,
@@ -398,6 +402,19 @@ impl Conn {
 
     pub fn ctrl_ok(&self, n: u32) -> bool {
         self.ctrl_avail >= n
+    }
+
+    /// Size of the first message of a send. The small first chunks of the ramp let
+    /// the wire start while the rest is copied; with writes already in flight the
+    /// wire is busy anyway, and every extra message costs the peer a completion and
+    /// an acknowledgement.
+    pub fn first_chunk(&self) -> usize {
+        let in_flight = self.data_avail < self.sq_size - RS_QP_CTRL_SIZE;
+        if self.ramp && !in_flight {
+            RS_OLAP_START_SIZE
+        } else {
+            RS_MAX_TRANSFER
+        }
     }
 
     pub fn all_sends_done(&self) -> bool {

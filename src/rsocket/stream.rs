@@ -78,6 +78,8 @@ pub struct St {
     pub conn: Option<Conn>,
     pub listen: Option<Listen>,
     pub waiters: u32,
+    /// Threads in `cond.wait_timeout` (raccept).
+    cond_waiters: u32,
     /// The CM channel had an event at the last sleep (read it at the next progress).
     pub cm_pending: bool,
     last_cm_check: Instant,
@@ -369,8 +371,8 @@ impl St {
     /// Sends what it can of `src` (at most `max` bytes per message).
     fn send_some(&mut self, src: &mut Gather) -> Result<usize> {
         let mut sent = 0;
-        let mut olen = super::conn::RS_OLAP_START_SIZE;
         let c = self.conn.as_mut().ok_or(Errno(libc::ENOTCONN))?;
+        let mut olen = c.first_chunk();
         if !c.iomap_pending.is_empty() && !c.send_iomaps()? {
             return Ok(0);
         }
@@ -428,6 +430,7 @@ impl Stream {
                 conn: None,
                 listen: None,
                 waiters: 0,
+                cond_waiters: 0,
                 cm_pending: true,
                 last_cm_check: Instant::now(),
                 gen: 0,
@@ -453,7 +456,11 @@ impl Stream {
         if st.waiters > 0 {
             self.wake.raise();
         }
-        self.cond.notify_all();
+        // A notify is a futex syscall even with nobody waiting, and this runs on
+        // every receive: only raccept sleeps on the condition variable.
+        if st.cond_waiters > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// Waits until `ready` holds (after progress), or fails with EAGAIN when
@@ -725,7 +732,9 @@ impl Stream {
             if nonblock {
                 return Err(Errno::EAGAIN);
             }
+            st.cond_waiters += 1;
             st = self.cond.wait_timeout(st, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
+            st.cond_waiters -= 1;
         }
     }
 

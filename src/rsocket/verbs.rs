@@ -52,15 +52,39 @@ pub fn is_roce(verbs: *mut ibv_context, port: u8) -> bool {
         && a.link_layer == IBV_LINK_LAYER_ETHERNET as u8
 }
 
-/// `max_qp_wr` of a device (0 when it cannot be asked).
-pub fn max_qp_wr(verbs: *mut ibv_context) -> u32 {
+fn device_attr(verbs: *mut ibv_context) -> Option<ibv_device_attr> {
     // SAFETY: all-zero is a valid ibv_device_attr.
     let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: an open device context and a writable attribute block.
     if verbs.is_null() || unsafe { ibv_query_device(verbs, &mut a) } != 0 {
-        return 0;
+        return None;
     }
-    a.max_qp_wr.max(0) as u32
+    Some(a)
+}
+
+/// `max_qp_wr` of a device (0 when it cannot be asked).
+pub fn max_qp_wr(verbs: *mut ibv_context) -> u32 {
+    device_attr(verbs).map_or(0, |a| a.max_qp_wr.max(0) as u32)
+}
+
+/// Vendor id of the kernel's soft-RoCE (rxe).
+const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
+
+/// A software RDMA device (this project's softverbs, `soft0`, or the kernel's rxe):
+/// the CPU moves every message, inside or right after `ibv_post_send`, at a fixed cost
+/// per message, so splitting a send into more messages delays it instead of
+/// overlapping the copy with a DMA engine.
+pub fn is_software(verbs: *mut ibv_context) -> bool {
+    if verbs.is_null() {
+        return false;
+    }
+    // SAFETY: an open context; `device` is set by libibverbs for every context and its
+    // name is NUL-terminated within the array.
+    let soft_name = unsafe {
+        let dev = (*verbs).device;
+        !dev.is_null() && std::ffi::CStr::from_ptr((*dev).name.as_ptr()).to_bytes() == b"soft0"
+    };
+    soft_name || device_attr(verbs).is_some_and(|a| a.vendor_id == RXE_VENDOR_ID)
 }
 
 /// Transport of a device: true for iWARP (messages go as SENDs, not immediates).

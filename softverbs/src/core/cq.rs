@@ -114,7 +114,6 @@ impl Cq {
 
     /// Adds a completion. `solicited`: a receive whose sender asked for a solicited event.
     pub fn push(&self, wc: ibv_wc, solicited: bool) {
-        let mut notify = false;
         let mut overrun = false;
         {
             let mut st = lock(&self.st);
@@ -128,14 +127,14 @@ impl Cq {
                 if let Some(sol_only) = st.armed {
                     if !sol_only || solicited || wc.status != IBV_WC_SUCCESS {
                         st.armed = None;
-                        notify = true;
+                        // Queued before the entry can be polled (the lock is still held):
+                        // whoever polls the completion finds its event there too. Nothing
+                        // takes this CQ's lock while holding the channel's.
+                        if let (Some(ch), Some(me)) = (&self.channel, self.me.upgrade()) {
+                            ch.events.push(me);
+                        }
                     }
                 }
-            }
-        }
-        if notify {
-            if let (Some(ch), Some(me)) = (&self.channel, self.me.upgrade()) {
-                ch.events.push(me);
             }
         }
         if overrun {

@@ -6,9 +6,10 @@
 //! RC: a requester QP opens a TCP connection to the responder's context (lazily, on its
 //! first transmission) and sends `Hello` first; the responder answers each request on that
 //! same connection, and sends its own QP's requests back on it too when it has none yet (so
-//! a QP pair normally shares one connection; if both sides open at once they keep two, and
-//! nobody has to agree on who connects). Writes never block: what the socket does not take
-//! is queued and flushed on `EPOLLOUT`.
+//! a QP pair normally shares one connection; if both sides open at once, nobody has to agree
+//! on who connects: both use two until one side, with nothing in flight, moves to the other's,
+//! see `requester::prefer_peer_link`). Writes never block: what the socket does not take is
+//! queued and flushed on `EPOLLOUT`.
 //!
 //! Progress: the progress thread, or — polling-driven progress — any application thread
 //! in `ibv_poll_cq` on an empty CQ ([`Transport::progress`]: the same handlers, never
@@ -179,7 +180,7 @@ impl Engine {
         Ok(eng)
     }
 
-    fn register(&self, fd: OwnedFd, role: Role, connecting: bool) -> Result<Arc<TcpLink>> {
+    fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>) -> Result<Arc<TcpLink>> {
         let token = self.next_token.fetch_add(1, Ordering::SeqCst);
         setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
         let link = Arc::new(TcpLink {
@@ -189,10 +190,12 @@ impl Engine {
             shared: self.shared.clone(),
             role,
             tx: Mutex::new(Tx { q: VecDeque::new(), off: 0, connecting, want_out: connecting, corked: false, held: false }),
-            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None, direct: None, bulk: false }),
+            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None, direct: None, bulk: 0 }),
             dead: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             peer_qpn: std::sync::atomic::AtomicU32::new(NO_PEER),
+            hello_qp: std::sync::OnceLock::new(),
+            listener,
         });
         lock(&self.conns).insert(token, link.clone());
         let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -299,7 +302,16 @@ impl Engine {
                 libc::accept4(self.listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
             };
             let Ok(fd) = owned(fd) else { return };
-            let _ = self.register(fd, Role::Inbound, false);
+            // SAFETY: sockaddr_storage is plain data.
+            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut sl = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: ss/sl are live and sized; getsockname fills at most sl bytes.
+            let me = match unsafe { libc::getsockname(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut sl) } {
+                // SAFETY: getsockname filled sl bytes of ss.
+                0 => unsafe { from_raw(&ss as *const _ as *const libc::sockaddr, sl) },
+                _ => None,
+            };
+            let _ = self.register(fd, Role::Inbound, false, me);
         }
     }
 
@@ -341,11 +353,14 @@ impl Engine {
                 Ok(drained) => {
                     any |= drained;
                     if drained {
-                        if let Role::Outbound(q) = &link.role {
-                            if let Some(qp) = q.upgrade() {
-                                let as_dyn: Arc<dyn Link> = link.clone();
-                                requester::on_drained(&qp, &as_dyn);
-                            }
+                        // An accepted stream may carry its local QP's requests too.
+                        let owner = match &link.role {
+                            Role::Outbound(q) => q.upgrade(),
+                            Role::Inbound => link.hello_qp.get().and_then(|w| w.upgrade()),
+                        };
+                        if let Some(qp) = owner {
+                            let as_dyn: Arc<dyn Link> = link.clone();
+                            requester::on_drained(&qp, &as_dyn);
                         }
                         link.settle();
                     }
@@ -407,7 +422,7 @@ impl Transport for Engine {
         if r < 0 && Errno::last().0 != libc::EINPROGRESS {
             return Err(Errno::last());
         }
-        let link = self.register(fd, Role::Outbound(owner), true)?;
+        let link = self.register(fd, Role::Outbound(owner), true, Some(addr))?;
         Ok(link)
     }
 
@@ -568,6 +583,11 @@ struct Tx {
 const RX_CHUNK: usize = 64 << 10;
 /// WRITE payloads at least this long go straight from the socket into the MR.
 const DIRECT_MIN: u32 = 8 << 10;
+/// Frames read one at a time after a direct one (see `Rx::bulk`).
+const BULK_FRAMES: u8 = 8;
+/// What such a read takes beyond the current frame: a few small frames (ACKs, credit
+/// messages) come in one `recv`, and at most this much of a large WRITE's payload is staged.
+const BULK_READ: usize = 4 * HDR_LEN;
 /// Most queued response bytes a polling thread holds back (a few ACKs).
 const HOLD_MAX: usize = 1024;
 /// `ibv_poll_cq` calls held responses may wait through.
@@ -584,9 +604,12 @@ struct Rx {
     bound: Option<Weak<Qp>>,
     /// A WRITE whose payload is being received straight into the responder's MR.
     direct: Option<Direct>,
-    /// The last frame went direct: at a frame boundary read just the next header first,
-    /// so a following large WRITE's payload is not staged (and copied) either.
-    bulk: bool,
+    /// Frames still to read one at a time since the last direct one: at a frame boundary
+    /// read just the next header, and then only the rest of that frame, so a following
+    /// large WRITE's payload is not staged (and copied) either. It lasts a few frames, as
+    /// the small ones in between (ACKs, credit messages) would otherwise pull the next
+    /// large one into the staging buffer.
+    bulk: u8,
 }
 
 struct Direct {
@@ -612,6 +635,10 @@ pub struct TcpLink {
     reported: AtomicBool,
     /// Inbound: the QPN the `Hello` named as its source (`NO_PEER` before it).
     peer_qpn: std::sync::atomic::AtomicU32,
+    /// Inbound: the local QP its `Hello` named (set once).
+    hello_qp: std::sync::OnceLock<Weak<Qp>>,
+    /// The listening endpoint the stream was opened to (`Link::listener`).
+    listener: Option<SocketAddr>,
 }
 
 const NO_PEER: u32 = u32::MAX;
@@ -815,12 +842,15 @@ impl TcpLink {
                 match self.recv_direct(rx) {
                     Err(()) => return Err(false),
                     Ok(None) => return Ok(got),
-                    Ok(Some(complete)) => {
+                    Ok(Some((complete, emptied))) => {
                         got = true;
                         if !complete {
                             // Short read: the socket is (nearly) empty.
                             return Ok(got);
                         }
+                        // The frames that came along are handled; no `recv` just to learn
+                        // the socket is empty.
+                        drained |= emptied;
                         continue;
                     }
                 }
@@ -832,7 +862,7 @@ impl TcpLink {
                 let avail = &buf[*start..];
                 match decode(avail) {
                     Ok((h, total)) => {
-                        *bulk = false;
+                        *bulk = bulk.saturating_sub(1);
                         let ok = self.dispatch(ctx, bound, &h, &avail[HDR_LEN..total]);
                         *start += total;
                         if !ok {
@@ -844,7 +874,7 @@ impl TcpLink {
                             if let Some(d) = self.try_direct(bound, avail) {
                                 // The payload bytes already here went to the MR.
                                 *direct = Some(d);
-                                *bulk = true;
+                                *bulk = BULK_FRAMES;
                                 buf.clear();
                                 *start = 0;
                                 break;
@@ -886,8 +916,11 @@ impl TcpLink {
             rx.buf.reserve(want);
             let len = rx.buf.len();
             let mut spare = rx.buf.capacity() - len;
-            if rx.bulk && len == 0 {
-                spare = HDR_LEN;
+            if rx.bulk > 0 {
+                // The rest of the current header; or the rest of the current frame and
+                // the next header(s).
+                let need = if len < HDR_LEN { BULK_READ - len } else { pending.saturating_sub(len) + BULK_READ };
+                spare = spare.min(need);
             }
             // SAFETY: writes at most `spare` bytes into the vector's spare capacity.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), rx.buf.as_mut_ptr().add(len).cast(), spare, libc::MSG_DONTWAIT) };
@@ -916,7 +949,7 @@ impl TcpLink {
     /// target memory (copying what `avail` already holds).
     fn try_direct(self: &Arc<Self>, bound: &Option<Weak<Qp>>, avail: &[u8]) -> Option<Direct> {
         let h = super::frame::decode_header(avail).ok()?;
-        if h.op != Op::Write || h.flags & super::frame::F_IMM != 0 || h.payload_len < DIRECT_MIN {
+        if h.op != Op::Write || h.payload_len < DIRECT_MIN {
             return None;
         }
         let qp = match &self.role {
@@ -935,32 +968,56 @@ impl TcpLink {
         Some(Direct { qp, h, done: have.len(), ok })
     }
 
-    /// Receives more of the direct WRITE. `Ok(None)`: nothing available; `Ok(Some(done))`.
-    fn recv_direct(self: &Arc<Self>, rx: &mut Rx) -> std::result::Result<Option<bool>, ()> {
-        let Some(d) = rx.direct.as_mut() else { return Ok(Some(true)) };
+    /// Receives more of the direct WRITE. `Ok(None)`: nothing available;
+    /// `Ok(Some((done, emptied)))`: `emptied` if the socket had nothing after the payload.
+    fn recv_direct(self: &Arc<Self>, rx: &mut Rx) -> std::result::Result<Option<(bool, bool)>, ()> {
+        let Rx { buf, direct, .. } = rx;
+        let Some(d) = direct.as_mut() else { return Ok(Some((true, false))) };
         let len = d.h.payload_len as usize;
         let fd = self.fd.as_raw_fd();
+        let mut extra = 0;
         let n = if d.ok && !self.dead.load(Ordering::SeqCst) {
             let want = len - d.done;
             let (done, h) = (d.done, d.h);
+            // The next frame's header (and a few small frames) come along into the (empty)
+            // staging buffer: one `recv` fewer per frame.
+            buf.clear();
+            buf.reserve(BULK_READ);
+            let tail = buf.as_mut_ptr();
             let r = responder::recv_direct(&d.qp, &h, done, want, &mut |dst: *mut u8, n: usize| {
-                // SAFETY: dst..dst+n lies inside a checked MR while the key lock is held.
-                unsafe { libc::recv(fd, dst.cast(), n, libc::MSG_DONTWAIT) }
+                let mut iov = [
+                    libc::iovec { iov_base: dst.cast(), iov_len: n },
+                    libc::iovec { iov_base: tail.cast(), iov_len: BULK_READ },
+                ];
+                // SAFETY: msghdr is plain data.
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = iov.as_mut_ptr();
+                msg.msg_iovlen = 2;
+                // SAFETY: dst..dst+n lies inside a checked MR while the key lock is held;
+                // tail has BULK_READ bytes of spare capacity.
+                unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) }
             });
             match r {
-                Some(n) => n,
+                Some(n) => {
+                    if n > want as isize {
+                        extra = n as usize - want;
+                        n.min(want as isize)
+                    } else {
+                        n
+                    }
+                }
                 None => {
                     d.ok = false;
-                    return Ok(Some(false));
+                    return Ok(Some((false, false)));
                 }
             }
         } else {
             // Discarding: read into the staging buffer and drop.
-            rx.buf.clear();
-            rx.buf.reserve(RX_CHUNK);
-            let want = (len - d.done).min(rx.buf.capacity());
+            buf.clear();
+            buf.reserve(RX_CHUNK);
+            let want = (len - d.done).min(buf.capacity());
             // SAFETY: at most `want` ≤ capacity bytes into the empty vector's buffer.
-            unsafe { libc::recv(fd, rx.buf.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) }
+            unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) }
         };
         if n == 0 {
             return Err(());
@@ -975,12 +1032,16 @@ impl TcpLink {
         let want = len - d.done;
         d.done += n as usize;
         if d.done < len {
-            return Ok(Some((n as usize) == want));
+            return Ok(Some(((n as usize) == want, false)));
         }
-        let Some(d) = rx.direct.take() else { return Ok(Some(true)) };
+        // SAFETY: recvmsg initialised `extra` ≤ BULK_READ bytes at the start of the empty
+        // buffer.
+        unsafe { buf.set_len(extra) };
+        let emptied = d.ok && extra < BULK_READ;
+        let Some(d) = direct.take() else { return Ok(Some((true, emptied))) };
         let me: Arc<dyn Link> = self.clone();
         responder::finish_direct(&d.qp, &me, &d.h, d.ok);
-        Ok(Some(true))
+        Ok(Some((true, emptied)))
     }
 
     fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, bound: &mut Option<Weak<Qp>>, h: &Header, payload: &[u8]) -> bool {
@@ -993,6 +1054,7 @@ impl TcpLink {
             let qp = ctx.find_qp(h.dst_qpn);
             *bound = Some(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
             self.peer_qpn.store(h.src_qpn, Ordering::SeqCst);
+            let _ = self.hello_qp.set(bound.clone().unwrap_or_default());
             if let Some(qp) = qp {
                 responder::on_hello(&qp, &me, h);
             }
@@ -1112,5 +1174,9 @@ impl Link for TcpLink {
 
     fn is_dead(&self) -> bool {
         self.dead.load(Ordering::SeqCst)
+    }
+
+    fn listener(&self) -> Option<SocketAddr> {
+        self.listener
     }
 }

@@ -35,6 +35,10 @@ pub trait Link: Send + Sync {
     /// Closes the stream (the engine then reports it down).
     fn close(&self);
     fn is_dead(&self) -> bool;
+    /// The listening endpoint (of the accepting context) the stream was opened to: both
+    /// ends of a stream see the same one, so both QPs of a pair that opened a stream each
+    /// agree which of the two to keep (`requester::prefer_peer_link`).
+    fn listener(&self) -> Option<SocketAddr>;
 }
 
 /// One context's endpoint.

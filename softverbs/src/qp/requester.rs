@@ -247,8 +247,36 @@ fn connect(qp: &Qp, st: &mut QpState) -> Option<Arc<dyn Link>> {
     Some(link)
 }
 
+/// Both QPs of a pair may open a stream at once (each on its first transmission, before
+/// the other's `Hello` arrived) and then use two, where a response can never share a
+/// `sendmsg` (or a `recv`) with a request. Once nothing of ours is in flight on our own
+/// stream, move to the peer's if it is the one both sides keep: the one opened to the
+/// lower listening endpoint (the other side then stays on it). Our old stream closes:
+/// every request on it was answered, and the peer sends its own on its stream.
+fn prefer_peer_link(st: &mut QpState) {
+    let Some(out) = st.out.as_ref() else { return };
+    if out.peer_qpn().is_some() || out.is_dead() {
+        return;
+    }
+    let dqpn = st.attr.dest_qp_num & QPN_MASK;
+    let Some(theirs) = st.in_links.iter().filter_map(|w| w.upgrade()).find(|l| !l.is_dead() && l.peer_qpn() == Some(dqpn)) else {
+        return;
+    };
+    let key = |a: std::net::SocketAddr| (a.port(), a.ip().to_canonical());
+    match (theirs.listener(), out.listener()) {
+        (Some(t), Some(o)) if key(t) < key(o) => {}
+        _ => return,
+    }
+    if let Some(old) = st.out.replace(theirs) {
+        old.close();
+    }
+}
+
 /// Transmits what may be transmitted, in order.
 pub fn pump(qp: &Qp, st: &mut QpState) {
+    if st.sent == 0 {
+        prefer_peer_link(st);
+    }
     while st.state == IBV_QPS_RTS && st.sent < st.sq.len() {
         let i = st.sent;
         if let Some(status) = st.sq[i].fail {

@@ -316,14 +316,18 @@ pub fn drain(qp: &Qp, st: &mut QpState) {
 }
 
 /// Direct WRITE placement (the engine receives a large WRITE's payload straight into the
-/// target MR): may this WRITE (header only so far, no immediate) start now? Exactly the
-/// checks its execution would make, so a refused one takes the ordinary path (and gets its
-/// NAK there).
+/// target MR): may this WRITE (header only so far) start now? Exactly the checks its
+/// execution would make, so a refused one takes the ordinary path (and gets its NAK or
+/// waits for a receive there). With an immediate it needs a posted receive of its own QP
+/// (not an SRQ's, which other QPs may take meanwhile): this link's later requests cannot
+/// run before it finishes, so that receive is still there when it does.
 pub fn begin_direct(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header) -> bool {
     let st = lock(&qp.st);
+    let recv_ok = h.flags & F_IMM == 0 || (qp.srq.is_none() && !st.rq.is_empty());
     !st.destroyed
         && serving(&st)
         && qp.kind != Kind::Ud
+        && recv_ok
         && st.inbound.is_empty()
         && !link.is_dead()
         && !nakked(&st, link)
@@ -374,11 +378,34 @@ pub fn finish_direct(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, ok: bool) {
         nak_no_qp(link, h);
         return;
     }
-    if ok {
-        link.send(response(Op::Ack, h, Syndrome::Ok).frame(&[]));
-    } else {
+    if !ok {
         nak(qp, &mut st, link, h, Syndrome::RemAccess);
+        return;
     }
+    if h.flags & F_IMM != 0 {
+        let Some(r) = take_recv(qp, &mut st) else {
+            // Not expected (see `begin_direct`); should it happen, the request waits for a
+            // receive like any other, carrying the payload already in place (rewriting the
+            // same bytes then).
+            let len = h.payload_len as usize;
+            let payload = mem::with_remote(qp.pd.id, h.rkey, h.raddr, len as u64, IBV_ACCESS_REMOTE_WRITE, |p| {
+                // SAFETY: p..p+len is inside the checked MR while the key lock is held.
+                unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec()
+            })
+            .unwrap_or_default();
+            st.inbound.push_back(Parked { h: *h, payload, link: link.clone(), deadline: None });
+            drain(qp, &mut st);
+            return;
+        };
+        let mut c = wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp.qpn);
+        c.byte_len = h.payload_len;
+        c.wc_flags = IBV_WC_WITH_IMM;
+        c.imm_data = h.imm;
+        c.src_qp = h.src_qpn;
+        c.slid = h.src_lid;
+        qp.recv_cq.push(c, h.flags & F_SOLICITED != 0);
+    }
+    link.send(response(Op::Ack, h, Syndrome::Ok).frame(&[]));
 }
 
 /// Progress-thread tick: NAK requests whose RNR budget ran out.

@@ -743,6 +743,24 @@ static int t_bulk(void)
 	CHECK(poll_n(b.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].byte_len == MB && wc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM, "imm wc");
 	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == 0, "imm send wc");
 	CHECK(!memcmp(a.buf + 4 * MB, b.buf + 4 * MB, MB), "imm data");
+	/* large WRITE_WITH_IMMs and receives: the first of two finds the only receive (and may
+	 * land straight in the MR), the second waits until its own is posted, and one that
+	 * finds none at all waits too (rnr_retry 7: for ever); data and order as posted */
+	const uint32_t Q = 256 * 1024;
+	pattern(a.buf + 4 * MB, 3 * Q, 4);
+	CHECK(!post_recv(&b, 52, 0, 0), "one recv");
+	for (int i = 0; i < 3; i++)
+		CHECK(!post_send_op(&a, 23 + i, IBV_WR_RDMA_WRITE_WITH_IMM, 4 * MB + i * Q, Q,
+				    (uintptr_t)b.buf + 4 * MB + i * Q, b.mr->rkey, htonl(8 + i), 0), "write imm %d", i);
+	CHECK(poll_n(b.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].wr_id == 52 && ntohl(wc[0].imm_data) == 8 &&
+	      wc[0].byte_len == Q, "first imm wc");
+	usleep(50000);
+	CHECK(ibv_poll_cq(b.cq, 1, wc) == 0, "no completion without a receive");
+	CHECK(!post_recv(&b, 53, 0, 0) && !post_recv(&b, 54, 0, 0), "two recvs");
+	CHECK(poll_n(b.cq, wc, 2) == 2 && wc[0].status == 0 && wc[0].wr_id == 53 && ntohl(wc[0].imm_data) == 9 &&
+	      wc[1].status == 0 && wc[1].wr_id == 54 && ntohl(wc[1].imm_data) == 10, "later imm wcs");
+	CHECK(poll_n(a.cq, wc, 3) == 3 && !wc[0].status && !wc[1].status && !wc[2].status, "imm send wcs");
+	CHECK(!memcmp(a.buf + 4 * MB, b.buf + 4 * MB, 3 * Q), "imm data, three");
 	/* SEND of 1 MiB + 3 into a three-SGE receive */
 	pattern(a.buf, MB + 3, 2);
 	struct ibv_sge rs[3] = { { (uintptr_t)b.buf + 5 * MB, 1000, b.mr->lkey },
