@@ -14,11 +14,13 @@
 //!
 //! Files: `abi` (uapi mirrors + layout proof), `ucma` (the file and its
 //! commands), `kid` (per-id state, uid map, queries, QP transitions), `dev`
-//! (devices by node GUID), `convert` (kernel → verbs structs), `events`.
+//! (devices by node GUID), `convert` (kernel → verbs structs), `events`,
+//! `ece` (the QP's ECE on create and on the peer's reply).
 
 pub mod abi;
 pub mod convert;
 pub mod dev;
+pub mod ece;
 pub mod events;
 pub mod kid;
 pub mod ucma;
