@@ -79,9 +79,14 @@ pub fn ucma() -> Result<&'static Ucma> {
 /// Opens the kernel CM ahead of the first device call, as upstream's
 /// rdma_create_event_channel and rdma_create_id do (ucma_init): the device
 /// scan and the reader thread are not charged to the first resolve. Without
-/// a device nothing happens (the calls that need one fail with ENODEV later).
+/// a device nothing happens (the calls that need one fail with ENODEV later);
+/// that is tried once per process, not on every rdma_create_id.
 pub fn prepare() {
-    let _ = ucma();
+    static TRIED: AtomicU32 = AtomicU32::new(0);
+    let gen = FORK_GEN.load(Ordering::Relaxed).wrapping_add(1);
+    if TRIED.swap(gen, Ordering::Relaxed) != gen {
+        let _ = ucma();
+    }
 }
 
 /// rdma_create_id: the kernel id is made now, as upstream does, when the
