@@ -10,12 +10,12 @@
 # ours/C (min/median/max over the rounds, round i of ours against round i of
 # C) and the absolute medians.  Timings are reported, never asserted; the
 # exit status is non-zero only if a program failed (either library).
-# Knobs: BENCH_ROUNDS (3), BENCH_CONNS (100), BENCH_PINGS (1000),
+# Knobs: BENCH_ROUNDS (5), BENCH_CONNS (100), BENCH_PINGS (1000),
 # BENCH_RESULTS (raw data + logs; default /tmp/bench-vm).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
-ROUNDS=${BENCH_ROUNDS:-3}
+ROUNDS=${BENCH_ROUNDS:-5}
 CONNS=${BENCH_CONNS:-100}
 PINGS=${BENCH_PINGS:-1000}
 RES=${BENCH_RESULTS:-/tmp/bench-vm}
@@ -128,8 +128,8 @@ awk '
 	}
 	{ v[$1, $2, $3] = $4; unit[$3] = $5; if (!($3 in seen)) { seen[$3] = 1; order[++ns] = $3 } rounds[$2] = 1 }
 	END {
-		printf "| %-22s | %7s | %7s | %7s | %10s | %10s | %s |\n", "step", "min", "median", "max", "C median", "ours median", "n"
-		printf "|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "--------:", "--------:", "--------:", "-----------:", "------------:", "---"
+		printf "| %-22s | %10s | %13s | %10s | %11s | %11s | %s |\n", "step", "ours/C min", "ours/C median", "ours/C max", "C median", "ours median", "rounds"
+		printf "|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "-----------:", "--------------:", "-----------:", "------------:", "------------:", "---"
 		for (s = 1; s <= ns; s++) {
 			st = order[s]; nr = nc = no = 0
 			for (r in rounds) {
@@ -141,9 +141,9 @@ awk '
 			name = st; sub(/^cmtime:/, "cmtime ", name); gsub(/_/, " ", name)
 			if (st == "rping_wall") name = "rping wall"
 			if (nr) { mn = mx = q[1]; for (i = 2; i <= nr; i++) { if (q[i] < mn) mn = q[i]; if (q[i] > mx) mx = q[i] }
-			          printf "| %-22s | %7.2f | %7.2f | %7.2f |", name, mn, median(q, nr), mx }
-			else printf "| %-22s | %7s | %7s | %7s |", name, "-", "-", "-"
-			printf " %8.2f %s | %9.2f %s | %d |\n", nc ? median(c, nc) : 0, unit[st], no ? median(o, no) : 0, unit[st], nr
+			          printf "| %-22s | %10.2f | %13.2f | %10.2f |", name, mn, median(q, nr), mx }
+			else printf "| %-22s | %10s | %13s | %10s |", name, "-", "-", "-"
+			printf " %8.2f %s | %8.2f %s | %d |\n", nc ? median(c, nc) : 0, unit[st], no ? median(o, no) : 0, unit[st], nr
 			delete c; delete o; delete q
 		}
 	}' "$DATA" | tee -a "$RES/bench.log"
