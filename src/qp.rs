@@ -121,6 +121,15 @@ pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr)
             return Err(e);
         }
     }
+    // Upstream's init_ece: the kernel CM sends the QP's ECE in REQ/REP.
+    if backend::kind() == backend::Kind::Kernel {
+        if let Err(e) = crate::kernel::ece::on_create_qp(&core, qp) {
+            // SAFETY: the QP we just made.
+            unsafe { ibv_destroy_qp(qp) };
+            destroy_cqs(&made);
+            return Err(e);
+        }
+    }
     core.with_public(|p| {
         p.qp = qp;
         if p.pd.is_null() {

@@ -6,12 +6,16 @@ use super::registry::{lock, Table};
 use crate::sys::{Errno, Flag, Result};
 use rdma_abi::cma::rdma_event_channel;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex};
 
 pub struct Channel {
     flag: Flag,
     queue: Mutex<VecDeque<Pending>>,
     cond: Condvar,
+    /// Threads blocked in `pop` (changed under `queue`): a push with nobody
+    /// waiting skips the wake-up syscall.
+    waiters: AtomicUsize,
 }
 
 /// What C sees: the public struct first, so `&public` is the handle.
@@ -29,6 +33,7 @@ impl Channel {
             flag: Flag::new()?,
             queue: Mutex::new(VecDeque::new()),
             cond: Condvar::new(),
+            waiters: AtomicUsize::new(0),
         }))
     }
 
@@ -42,7 +47,9 @@ impl Channel {
             self.flag.raise();
         }
         q.push_back(p);
-        self.cond.notify_all();
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// Next event; blocks unless the application made the fd non-blocking.
@@ -59,11 +66,13 @@ impl Channel {
                 return Err(Errno::EAGAIN);
             }
             // Re-check O_NONBLOCK now and then: the app may flip it while we wait.
+            self.waiters.fetch_add(1, Ordering::Relaxed);
             q = self
                 .cond
                 .wait_timeout(q, std::time::Duration::from_millis(200))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -71,6 +80,9 @@ impl Channel {
     /// or migrated loses its unread events, as with the kernel).
     pub fn take_where(&self, pred: impl Fn(&Pending) -> bool) -> Vec<Pending> {
         let mut q = lock(&self.queue);
+        if q.is_empty() {
+            return Vec::new(); // the usual case for rdma_destroy_id: no syscall
+        }
         let mut out = Vec::new();
         let mut keep = VecDeque::with_capacity(q.len());
         for p in q.drain(..) {

@@ -216,11 +216,20 @@ fn on_response(u: &Ucma, k: &Arc<KId>, ev: &rdma_ucm_event_resp) {
         return;
     }
     let r = k.with_handle(|h, st| {
+        let local = core.state().local_ece;
+        let options = core.with_public(|p| {
+            if p.qp.is_null() {
+                return Err(Errno::EINVAL);
+            }
+            super::ece::on_response(local, p.qp, ev.ece.vendor_id, ev.ece.attr_mod)
+        })??;
         super::to_rts(u, k, h, st)?;
-        u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default())
+        u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default())?;
+        Ok(options)
     });
     match r {
-        Ok(()) => {
+        Ok(options) => {
+            core.state().local_ece.options = options;
             k.post(conn_pending(core, ev, RDMA_CM_EVENT_ESTABLISHED, 0));
         }
         Err(e) => {

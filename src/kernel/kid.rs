@@ -13,12 +13,11 @@ use super::abi::*;
 use super::convert;
 use super::dev::{self, Dev};
 use super::ucma::Ucma;
-use crate::cm::registry::lock;
+use crate::cm::registry::{lock, KeyMap};
 use crate::cm::{IdCore, Pending};
 use crate::sys::{Errno, Result};
 use crate::verbs::{ibv_detach_mcast, ibv_modify_qp};
 use rdma_abi::verbs::*;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
@@ -72,7 +71,7 @@ pub enum Owner {
     Mc(Arc<KId>, Arc<Mc>),
 }
 
-static OWNERS: LazyLock<Mutex<HashMap<u64, Owner>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static OWNERS: LazyLock<Mutex<KeyMap<u64, Owner>>> = LazyLock::new(|| Mutex::new(KeyMap::default()));
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 
 fn next_key() -> u64 {

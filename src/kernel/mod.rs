@@ -14,11 +14,13 @@
 //!
 //! Files: `abi` (uapi mirrors + layout proof), `ucma` (the file and its
 //! commands), `kid` (per-id state, uid map, queries, QP transitions), `dev`
-//! (devices by node GUID), `convert` (kernel → verbs structs), `events`.
+//! (devices by node GUID), `convert` (kernel → verbs structs), `events`,
+//! `ece` (the QP's ECE on create and on the peer's reply).
 
 pub mod abi;
 pub mod convert;
 pub mod dev;
+pub mod ece;
 pub mod events;
 pub mod kid;
 pub mod ucma;
@@ -32,10 +34,21 @@ use abi::*;
 use kid::{KSt, KId};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Once};
 use ucma::Ucma;
 
-static UCMA: Mutex<Option<&'static Ucma>> = Mutex::new(None);
+static UCMA: Mutex<Option<(&'static Ucma, u32)>> = Mutex::new(None);
+
+/// Bumped in the child of every fork() (pthread_atfork, registered when the
+/// file is first opened): a file opened in an older generation is the
+/// parent's. Cheaper than a getpid() syscall on every call.
+static FORK_GEN: AtomicU32 = AtomicU32::new(0);
+static ATFORK: Once = Once::new();
+
+extern "C" fn forked_child() {
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
 
 /// The process's rdma_cm file (opened, with its reader thread, on first use).
 /// Without any verbs device the kernel CM is of no use: ENODEV, as upstream.
@@ -44,23 +57,50 @@ static UCMA: Mutex<Option<&'static Ucma>> = Mutex::new(None);
 /// ids stay unusable in the child, as upstream says).
 pub fn ucma() -> Result<&'static Ucma> {
     let mut g = lock(&UCMA);
-    if let Some(u) = *g {
-        if u.pid == std::process::id() {
+    let gen = FORK_GEN.load(Ordering::Relaxed);
+    if let Some((u, ugen)) = *g {
+        if ugen == gen {
             return Ok(u);
         }
     }
     if !dev::any() {
         return Err(Errno::ENODEV);
     }
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only bumps an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
     let u: &'static Ucma = Box::leak(Box::new(Ucma::open()?));
     events::start(u)?;
-    *g = Some(u);
+    *g = Some((u, gen));
     Ok(u)
+}
+
+/// Opens the kernel CM ahead of the first device call, as upstream's
+/// rdma_create_event_channel and rdma_create_id do (ucma_init): the device
+/// scan and the reader thread are not charged to the first resolve. Without
+/// a device nothing happens (the calls that need one fail with ENODEV later);
+/// that is tried once per process, not on every rdma_create_id.
+pub fn prepare() {
+    static TRIED: AtomicU32 = AtomicU32::new(0);
+    let gen = FORK_GEN.load(Ordering::Relaxed).wrapping_add(1);
+    if TRIED.swap(gen, Ordering::Relaxed) != gen {
+        let _ = ucma();
+    }
+}
+
+/// rdma_create_id: the kernel id is made now, as upstream does, when the
+/// file is open (`prepare`); if that fails the id stays userspace-only and
+/// its first device call makes the kernel id (and reports the error).
+pub fn created(id: &Arc<IdCore>) {
+    if let Some(u) = opened() {
+        let _ = kid::get_or_create(u, id);
+    }
 }
 
 /// The rdma_cm file of this process if it was opened (never opens it).
 fn opened() -> Option<&'static Ucma> {
-    lock(&UCMA).filter(|u| u.pid == std::process::id())
+    lock(&UCMA).filter(|(_, gen)| *gen == FORK_GEN.load(Ordering::Relaxed)).map(|(u, _)| u)
 }
 
 /// rdma_destroy_id: the id's kernel side goes (if it has one). In a child of

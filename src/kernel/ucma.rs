@@ -13,8 +13,6 @@ pub const DEVICE: &str = "/dev/infiniband/rdma_cm";
 
 pub struct Ucma {
     fd: OwnedFd,
-    /// The process that opened it (a forked child opens its own).
-    pub pid: u32,
 }
 
 /// A command as written: header, then the command struct.
@@ -54,7 +52,7 @@ impl Ucma {
             return Err(Errno::last());
         }
         // SAFETY: fd was just returned by open and is owned by nobody else.
-        Ok(Ucma { fd: unsafe { OwnedFd::from_raw_fd(fd) }, pid: std::process::id() })
+        Ok(Ucma { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
     /// Writes one command; `out` is the size of the response buffer named in `body`.

@@ -7,6 +7,7 @@
 #   make test-vm-all               both
 #   make vm-expected [VM_RDMA=siw] refresh c-examples/expected/dev_*.rxe.txt (.siw.txt) from Debian's library
 #   make vm-shell CMD='...'        run any command in the guest
+#   make bench-vm                  Debian's library vs ours: cmtime and rping timings (one boot; not in make test)
 
 VM_DIR            := tests/vm
 VM_RUN            := $(VM_DIR)/run-in-guest.sh
@@ -23,7 +24,7 @@ VM_VALGRIND       ?= 0
 VM_SIW_SECTIONS   ?= utils utils-ours dev-debian dev-ours
 vm_space          := $() $()
 
-.PHONY: test-vm test-vm-siw test-vm-all vm-build vm-expected vm-shell vm-deps
+.PHONY: test-vm test-vm-siw test-vm-all vm-build vm-expected vm-shell vm-deps bench-vm
 
 test-vm-all: test-vm test-vm-siw
 
@@ -59,3 +60,15 @@ vm-expected: vm-build
 
 vm-shell:
 	$(VM_RUN) '$(CMD)'
+
+# Debian's library against ours on rxe, alternating (C, ours, C, ours, ...):
+# cmtime step totals and rping's wall time, ratio table on stdout and in
+# $(VM_RESULTS)/bench/bench.log.  Timings are reported, never asserted: the
+# target fails only if a program fails.  ~2.5 min in the guest under TCG (5 rounds).
+BENCH_ROUNDS ?= 5
+BENCH_VM_TIMEOUT ?= 1200
+bench-vm: lib
+	@rm -rf $(VM_RESULTS)/bench; mkdir -p $(VM_RESULTS)/bench
+	QRXE_TIMEOUT=$(BENCH_VM_TIMEOUT) QRXE_OUTDIR=$(VM_RESULTS)/bench \
+	QRXE_ENV="BENCH_RESULTS=$(VM_RESULTS)/bench BENCH_ROUNDS=$(BENCH_ROUNDS)" \
+	  $(VM_RUN) 'bash $(CURDIR)/$(VM_DIR)/bench.sh'
