@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 IP=${QRXE_IP:-10.10.10.1}
 OURS=$PWD/build/lib
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 out=${RS_VM_OUT:-/tmp/rsocket-bench}; mkdir -p "$out"
 port=7900; failed=0
 declare -A T   # T[test.lib] = "usec usec ..."

@@ -28,9 +28,10 @@ test-vm-rsocket: all
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
 
 # rstream with Debian's rsockets vs ours on rxe in the qemu guest (ratios, never asserted).
+RS_BENCH_ROUNDS ?= 5
 bench-vm-rsocket: all
 	@mkdir -p $(VM_RESULTS)/rsocket-bench
-	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-bench" \
+	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-bench ROUNDS=$(RS_BENCH_ROUNDS)" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/bench-vm.sh'
 
 install: install-rspreload
