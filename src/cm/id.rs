@@ -122,6 +122,20 @@ impl IdCore {
         st.channel.push(p);
     }
 
+    /// rdma_leave_multicast: the group's events not read yet go with it, as the
+    /// kernel drops them on LEAVE_MCAST, so none arrives after the call. Events
+    /// are matched by the join's context (one group per context on an id).
+    pub fn drop_queued_mc(self: &Arc<Self>, context: usize) {
+        let st = self.state();
+        st.channel.take_where(|p| {
+            Arc::ptr_eq(&p.owner, self)
+                && p.ud
+                && matches!(p.event, RDMA_CM_EVENT_MULTICAST_JOIN | RDMA_CM_EVENT_MULTICAST_ERROR)
+                // SAFETY: `ud` is the member in use for multicast events (p.ud).
+                && unsafe { p.param.0.ud.private_data } as usize == context
+        });
+    }
+
     /// Blocks until every event reported on this id has been acked.
     fn wait_acked(&self) {
         let mut st = self.state();

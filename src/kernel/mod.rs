@@ -386,6 +386,7 @@ impl Backend for Kernel {
         let k = kid::get(id).map_err(|_| Errno(libc::EADDRNOTAVAIL))?;
         let mc = kid::take_mc(&k, addr).ok_or(Errno(libc::EADDRNOTAVAIL))?;
         k.detach(&mc);
+        id.drop_queued_mc(mc.context);
         let handle = mc.handle.load(std::sync::atomic::Ordering::Relaxed);
         if handle != u32::MAX {
             u.leave_mcast(handle)?;

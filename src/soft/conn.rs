@@ -736,7 +736,7 @@ pub fn join(s: &Arc<SoftId>, group: SocketAddr, flags: u32, context: usize) -> R
             e => status = -e.abs(),
         }
     }
-    s.st().mcast.push(super::Mcast { addr: group, mgid, attached });
+    s.st().mcast.push(super::Mcast { addr: group, mgid, attached, context });
     let sgid = dev()?.gid_index(src.ip());
     let mut p = ud_param(mgid, sgid, 0xFF_FFFF, RDMA_UDP_QKEY);
     p.0.ud.private_data = context as *const libc::c_void;
@@ -752,6 +752,7 @@ pub fn leave(s: &Arc<SoftId>, group: SocketAddr) -> Result<()> {
         let i = st.mcast.iter().position(|g| g.addr.ip() == group.ip()).ok_or(Errno(libc::EADDRNOTAVAIL))?;
         st.mcast.remove(i)
     };
+    s.core.drop_queued_mc(g.context);
     let qp = s.qp();
     if g.attached && !qp.is_null() {
         let gid = ibv_gid { raw: g.mgid };

@@ -95,6 +95,8 @@ pub struct Mcast {
     pub addr: SocketAddr,
     pub mgid: [u8; 16],
     pub attached: bool,
+    /// The join's context (its events carry it).
+    pub context: usize,
 }
 
 /// A path record allocated with libc (the app reads it through route.path_rec).
