@@ -1,53 +1,9 @@
-//! libc glue: errno as a value, owned fds, eventfd "doorbells", randomness.
+//! libc glue: errno as a value (shared with librdmacm, `common::errno`), owned fds,
+//! eventfd "doorbells", randomness.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// A positive errno value carried as data until the C boundary reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    pub const EINVAL: Errno = Errno(libc::EINVAL);
-    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
-    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
-    pub const EBUSY: Errno = Errno(libc::EBUSY);
-    pub const EIO: Errno = Errno(libc::EIO);
-    pub const ENODATA: Errno = Errno(libc::ENODATA);
-    pub const ENOENT: Errno = Errno(libc::ENOENT);
-    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
-    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
-    pub const EEXIST: Errno = Errno(libc::EEXIST);
-    pub const EHOSTUNREACH: Errno = Errno(libc::EHOSTUNREACH);
-    pub const EAFNOSUPPORT: Errno = Errno(libc::EAFNOSUPPORT);
-
-    /// The calling thread's errno right now.
-    pub fn last() -> Errno {
-        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
-    }
-}
-
-impl From<std::io::Error> for Errno {
-    fn from(e: std::io::Error) -> Self {
-        Errno(e.raw_os_error().unwrap_or(libc::EIO))
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Errno>;
-
-/// Sets the calling thread's errno.
-pub fn set_errno(e: Errno) {
-    // SAFETY: __errno_location always returns the calling thread's valid errno slot.
-    unsafe { *libc::__errno_location() = e.0 };
-}
-
-/// Turns a libc `-1 + errno` result into a `Result`.
-pub fn cerr(ret: libc::c_int) -> Result<libc::c_int> {
-    if ret < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(ret)
-    }
-}
+pub use common::errno::{cerr, set_errno, Errno, Result};
 
 /// Wraps a fresh fd returned by a syscall.
 pub fn owned(fd: libc::c_int) -> Result<OwnedFd> {

@@ -15,70 +15,18 @@
 use crate::sys::Errno;
 use rdma_abi::verbs::*;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::sync::LazyLock;
 use std::time::Instant;
-
-enum Sink {
-    Off,
-    Stderr,
-    File(File),
-}
-
-static SINK: LazyLock<Sink> = LazyLock::new(|| match std::env::var("RDMACM_RS_TRACE") {
-    Err(_) => Sink::Off,
-    Ok(v) if v.is_empty() || v == "0" => Sink::Off,
-    Ok(v) if v == "1" || v == "stderr" => Sink::Stderr,
-    Ok(path) => match OpenOptions::new().create(true).append(true).open(&path) {
-        Ok(f) => Sink::File(f),
-        Err(_) => Sink::Stderr,
-    },
-});
-
-static EPOCH: LazyLock<Instant> = LazyLock::new(process_start);
-
-/// The clock's zero: the process's start (`/proc/self/stat` start time read against
-/// `CLOCK_BOOTTIME`, 10 ms ticks), so librdmacm's and softverbs' traces, computing it the
-/// same way, share one clock; the first traced call if that cannot be read.
-fn process_start() -> Instant {
-    let first = Instant::now();
-    let epoch = || -> Option<Instant> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-        // SAFETY: plain sysconf query.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // Read both clocks back to back: the epoch is then the same in both libraries.
-        // SAFETY: valid out-pointer.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-        let now = Instant::now();
-        if hz <= 0 || rc != 0 {
-            return None;
-        }
-        let boot_ns = ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128;
-        let start_ns = ticks as u128 * 1_000_000_000 / hz as u128;
-        now.checked_sub(std::time::Duration::from_nanos(boot_ns.checked_sub(start_ns)? as u64))
-    };
-    epoch().unwrap_or(first)
-}
 
 /// Whether tracing is on (the environment is read once, at the first call).
 #[inline]
 pub fn on() -> bool {
-    !matches!(*SINK, Sink::Off)
+    common::trace::on()
 }
 
 /// Start time of a call, taken only when tracing.
 #[inline]
 pub fn start() -> Option<Instant> {
-    if on() {
-        LazyLock::force(&EPOCH);
-        Some(Instant::now())
-    } else {
-        None
-    }
+    common::trace::start()
 }
 
 /// What a trace closure produces: the call text, text after the result, or nothing.
@@ -158,8 +106,7 @@ pub fn before<T>(t0: Option<Instant>, f: impl FnOnce() -> T) -> Option<T> {
 
 /// Writes the line of one finished call; errno is preserved.
 pub fn finish<R: Ret, L: IntoLine>(t0: Instant, ret: &R, err: Option<Errno>, line: impl FnOnce(&R) -> L) {
-    // SAFETY: __errno_location is the calling thread's errno slot.
-    let saved = unsafe { *libc::__errno_location() };
+    let saved = common::errno::get_errno();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let Some(l) = line(ret).into_line() else { return };
         let mut s = l.call;
@@ -173,38 +120,18 @@ pub fn finish<R: Ret, L: IntoLine>(t0: Instant, ret: &R, err: Option<Errno>, lin
         s.push_str(&l.after);
         write_line(t0, &s);
     }));
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = saved };
+    common::errno::set_errno(Errno(saved));
 }
 
 /// A free-form line (events), timed from `t0`.
 pub fn emit(t0: Instant, text: &str) {
-    // SAFETY: __errno_location is the calling thread's errno slot.
-    let saved = unsafe { *libc::__errno_location() };
+    let saved = common::errno::get_errno();
     let _ = std::panic::catch_unwind(|| write_line(t0, text));
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = saved };
+    common::errno::set_errno(Errno(saved));
 }
 
 fn write_line(t0: Instant, text: &str) {
-    let now = Instant::now();
-    let msg = format!(
-        "softverbs[{}] {:>10.3}ms {} ({}us)\n",
-        std::process::id(),
-        now.duration_since(*EPOCH).as_secs_f64() * 1e3,
-        text,
-        now.duration_since(t0).as_micros()
-    );
-    // One write(2) per line: O_APPEND places it whole at the end of the file.
-    match &*SINK {
-        Sink::Off => {}
-        Sink::Stderr => {
-            let _ = std::io::stderr().write_all(msg.as_bytes());
-        }
-        Sink::File(f) => {
-            let _ = (&*f).write_all(msg.as_bytes());
-        }
-    }
+    common::trace::write_line("softverbs", t0, text);
 }
 
 // ---- names ----
