@@ -370,41 +370,59 @@ pub unsafe fn sge_len(sg: *const ibv_sge, n: i32) -> u64 {
         .sum()
 }
 
-/// The WRs of a send list, one `{…}` each.
+/// A linked list of WRs, one `{…}` each (`show` writes the inside), the first
+/// `MAX_WRS` of them and then a count of the rest.
 ///
 /// # Safety
-/// `wr` must be NULL or the application's valid list of send WRs.
-pub unsafe fn send_wrs(mut wr: *const ibv_send_wr) -> String {
+/// `wr` must be NULL or a valid list whose `next(w)` links are valid too.
+unsafe fn wr_list<T: Copy>(mut wr: *const T, next: impl Fn(&T) -> *const T, show: impl Fn(&mut String, &T)) -> String {
     let mut s = String::new();
     let mut n = 0usize;
     while !wr.is_null() {
+        // SAFETY: the application's list (caller's contract).
+        let w = unsafe { wr.read_unaligned() };
         if n == MAX_WRS {
             let mut more = 0;
-            while !wr.is_null() {
+            let mut rest = wr;
+            while !rest.is_null() {
                 more += 1;
-                // SAFETY: the application's list.
-                wr = unsafe { (*wr).next };
+                // SAFETY: as above.
+                rest = next(&unsafe { rest.read_unaligned() });
             }
             let _ = write!(s, " …{more} more");
             break;
         }
-        // SAFETY: the application's list.
-        let w = unsafe { wr.read_unaligned() };
         if n > 0 {
             s.push(' ');
         }
-        let _ = write!(
-            s,
-            "{{wr_id {:#x} {} num_sge {} len {} flags {}",
-            w.wr_id,
-            wr_opcode(w.opcode),
-            w.num_sge,
-            // SAFETY: the WR's SGE list.
-            unsafe { sge_len(w.sg_list, w.num_sge) },
-            send_flags(w.send_flags)
-        );
-        // SAFETY: reading the union member the opcode selects (plain data).
-        unsafe {
+        s.push('{');
+        show(&mut s, &w);
+        s.push('}');
+        n += 1;
+        wr = next(&w);
+    }
+    s
+}
+
+/// The WRs of a send list.
+///
+/// # Safety
+/// `wr` must be NULL or the application's valid list of send WRs.
+pub unsafe fn send_wrs(wr: *const ibv_send_wr) -> String {
+    // SAFETY: the caller's contract.
+    unsafe {
+        wr_list(wr, |w| w.next, |s, w| {
+            let _ = write!(
+                s,
+                "wr_id {:#x} {} num_sge {} len {} flags {}",
+                w.wr_id,
+                wr_opcode(w.opcode),
+                w.num_sge,
+                // SAFETY: the WR's SGE list.
+                sge_len(w.sg_list, w.num_sge),
+                send_flags(w.send_flags)
+            );
+            // SAFETY: reading the union member the opcode selects (plain data).
             match w.opcode {
                 IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
                     let _ = write!(s, " raddr {:#x} rkey {:#x}", w.wr.rdma.remote_addr, w.wr.rdma.rkey);
@@ -412,52 +430,26 @@ pub unsafe fn send_wrs(mut wr: *const ibv_send_wr) -> String {
                 IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
                     let _ = write!(s, " raddr {:#x} rkey {:#x}", w.wr.atomic.remote_addr, w.wr.atomic.rkey);
                 }
+                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM if !w.wr.ud.ah.is_null() => {
+                    let _ = write!(s, " ah {:p} remote_qpn {}", w.wr.ud.ah, w.wr.ud.remote_qpn);
+                }
                 _ => {}
             }
-            if w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM {
-                let ud = w.wr.ud;
-                if !ud.ah.is_null() {
-                    let _ = write!(s, " ah {:p} remote_qpn {}", ud.ah, ud.remote_qpn);
-                }
-            }
-        }
-        s.push('}');
-        n += 1;
-        wr = w.next;
+        })
     }
-    s
 }
 
 /// The WRs of a receive list.
 ///
 /// # Safety
 /// `wr` must be NULL or the application's valid list of receive WRs.
-pub unsafe fn recv_wrs(mut wr: *const ibv_recv_wr) -> String {
-    let mut s = String::new();
-    let mut n = 0usize;
-    while !wr.is_null() {
-        if n == MAX_WRS {
-            let mut more = 0;
-            while !wr.is_null() {
-                more += 1;
-                // SAFETY: the application's list.
-                wr = unsafe { (*wr).next };
-            }
-            let _ = write!(s, " …{more} more");
-            break;
-        }
-        // SAFETY: the application's list.
-        let w = unsafe { wr.read_unaligned() };
-        if n > 0 {
-            s.push(' ');
-        }
-        // SAFETY: the WR's SGE list.
-        let len = unsafe { sge_len(w.sg_list, w.num_sge) };
-        let _ = write!(s, "{{wr_id {:#x} num_sge {} len {}}}", w.wr_id, w.num_sge, len);
-        n += 1;
-        wr = w.next;
+pub unsafe fn recv_wrs(wr: *const ibv_recv_wr) -> String {
+    // SAFETY: the caller's contract; sge_len reads the WR's own SGE list.
+    unsafe {
+        wr_list(wr, |w| w.next, |s, w| {
+            let _ = write!(s, "wr_id {:#x} num_sge {} len {}", w.wr_id, w.num_sge, sge_len(w.sg_list, w.num_sge));
+        })
     }
-    s
 }
 
 /// Completions written by a poll.
@@ -525,6 +517,25 @@ pub fn cap(c: &ibv_qp_cap) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wr_lists_show_the_first_ones_and_count_the_rest() {
+        // SAFETY: all-zero is a valid receive WR (NULL links and SGE list).
+        let mut wrs: Vec<ibv_recv_wr> = (0..MAX_WRS + 4).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for i in 0..wrs.len() {
+            wrs[i].wr_id = i as u64;
+        }
+        for i in 0..wrs.len() - 1 {
+            wrs[i].next = &mut wrs[i + 1] as *mut ibv_recv_wr;
+        }
+        // SAFETY: a valid list, linked above.
+        let s = unsafe { recv_wrs(&wrs[0]) };
+        assert!(s.starts_with("{wr_id 0x0 num_sge 0 len 0} {wr_id 0x1 "), "{s}");
+        assert_eq!(s.matches('{').count(), MAX_WRS);
+        assert!(s.ends_with(" …4 more"), "{s}");
+        // SAFETY: NULL is an empty list.
+        assert_eq!(unsafe { send_wrs(std::ptr::null()) }, "");
+    }
 
     #[test]
     fn names() {
