@@ -10,6 +10,7 @@
 use super::cm::{self, Id};
 use super::config::*;
 use super::iov::Gather;
+use super::opts::Opts;
 use super::verbs::*;
 use super::wire::*;
 use crate::sys::{Errno, Result};
@@ -32,17 +33,6 @@ const CTRL_AREA: usize = RS_QP_CTRL_SIZE as usize * SGE_LEN;
 
 fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
     (pool << POOL_SHIFT) | (((bytes as u64) & BYTES_MASK) << BYTES_SHIFT) | m as u64
-}
-
-/// Sizes a connection is made with (from the socket's options).
-#[derive(Clone, Copy, Debug)]
-pub struct Sizes {
-    pub sq_size: u32,
-    pub rq_size: u32,
-    pub sq_inline: u32,
-    pub sbuf_size: usize,
-    pub rbuf_size: usize,
-    pub iomap_size: u32,
 }
 
 /// What one pass over the CQ found.
@@ -127,7 +117,8 @@ unsafe impl Send for Conn {}
 impl Conn {
     /// Creates the QP, CQ and buffers on a resolved (or requested) id and
     /// posts the receives. The id keeps the QP; `destroy` releases the rest.
-    pub fn create(id: &Id, z: Sizes) -> Result<Conn> {
+    /// A connection sized by the socket's options `z` (queue and buffer sizes, inline, iomap).
+    pub fn create(id: &Id, z: &Opts) -> Result<Conn> {
         let verbs = id.verbs();
         if verbs.is_null() {
             return Err(Errno::EINVAL);

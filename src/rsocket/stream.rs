@@ -10,7 +10,7 @@
 
 use super::cm::{self, Id};
 use super::config::*;
-use super::conn::{Conn, Sizes};
+use super::conn::Conn;
 use super::iov::{Gather, Scatter};
 use super::opts::Opts;
 use super::wire::*;
@@ -115,17 +115,6 @@ impl St {
         self.id.as_ref().ok_or(Errno::EBADF)
     }
 
-    fn sizes(&self) -> Sizes {
-        Sizes {
-            sq_size: self.opts.sq_size,
-            rq_size: self.opts.rq_size,
-            sq_inline: self.opts.sq_inline,
-            sbuf_size: self.opts.sbuf_size,
-            rbuf_size: self.opts.rbuf_size,
-            iomap_size: self.opts.iomap_size,
-        }
-    }
-
     pub fn can_send(&self) -> bool {
         self.conn.as_ref().is_some_and(|c| c.can_send())
     }
@@ -223,7 +212,7 @@ impl St {
                     }
                 }
                 Phase::RouteResolved => {
-                    let conn = match Conn::create(self.id()?, self.sizes()) {
+                    let conn = match Conn::create(self.id()?, &self.opts) {
                         Ok(c) => c,
                         Err(e) => return Err(self.fail_connect(e)),
                     };
@@ -656,17 +645,7 @@ impl Stream {
         };
         super::verbs::set_nonblock(child.fd(), true)?;
         let opts = l.opts.clone();
-        let mut conn = match Conn::create(
-            &child,
-            Sizes {
-                sq_size: opts.sq_size,
-                rq_size: opts.rq_size,
-                sq_inline: opts.sq_inline,
-                sbuf_size: opts.sbuf_size,
-                rbuf_size: opts.rbuf_size,
-                iomap_size: opts.iomap_size,
-            },
-        ) {
+        let mut conn = match Conn::create(&child, &opts) {
             Ok(c) => c,
             Err(e) => {
                 // SAFETY: as above.
