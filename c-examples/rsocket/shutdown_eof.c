@@ -7,6 +7,22 @@
 
 #include "rs_util.h"
 
+/* A peer in a fresh process (RDMA state does not survive fork): this program
+ * again with "die": it connects to `port`, sends 3 bytes and is SIGKILLed. */
+static pid_t doomed_peer(const char *self, int port)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		char p[16];
+
+		snprintf(p, sizeof(p), "%d", port);
+		execl(strchr(self, '/') ? self : "/proc/self/exe", self, p, "die", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
 int main(int argc, char **argv)
 {
 	int port = port_arg(argc, argv);
@@ -57,14 +73,7 @@ int main(int argc, char **argv)
 	rclose(s);
 
 	/* a peer that dies without closing */
-	pid = fork();
-	if (pid == 0) {
-		/* a fresh process (RDMA state does not survive fork) */
-		char p[16];
-		snprintf(p, sizeof(p), "%d", port);
-		execl(strchr(argv[0], '/') ? argv[0] : "/proc/self/exe", argv[0], p, "die", (char *)NULL);
-		_exit(127);
-	}
+	pid = doomed_peer(argv[0], port);
 	s = raccept(l, NULL, NULL);
 	CHECK(s >= 0, "raccept the doomed peer", "%s", strerror(errno));
 	CHECK(rrecv(s, buf, 3, MSG_WAITALL) == 3, "its data arrives", "%s", strerror(errno));
@@ -82,13 +91,7 @@ int main(int argc, char **argv)
 	CHECK(now_ms() - t0 < 5000, "rclose with a dead peer returns promptly", "took %lld ms", now_ms() - t0);
 
 	/* the same, noticed by a reader that never sleeps (MSG_DONTWAIT loop) */
-	pid = fork();
-	if (pid == 0) {
-		char p[16];
-		snprintf(p, sizeof(p), "%d", port);
-		execl(strchr(argv[0], '/') ? argv[0] : "/proc/self/exe", argv[0], p, "die", (char *)NULL);
-		_exit(127);
-	}
+	pid = doomed_peer(argv[0], port);
 	s = raccept(l, NULL, NULL);
 	CHECK(s >= 0 && rrecv(s, buf, 3, MSG_WAITALL) == 3, "second doomed peer connected", "%s", strerror(errno));
 	waitpid(pid, NULL, 0);
