@@ -118,43 +118,42 @@ pair() {
 	else ko "$name" "client exit $crc, server exit $src" "$out/$name.server.log" "$out/$name.client.log"; fi
 }
 
+# duo PROG NAME TIMEOUT "args" [env]: PROG's server (-p PORT args) and client
+# (-s ADDR -p PORT args), the server exits too; takes the next port.
+duo() {
+	pair "$2" $port "$3" 1 "$1 -p $port $4" "$1 -s $A -p $port $4" "${5:-}"
+	port=$((port+1))
+}
+
 # --- rstream: sizes, non-blocking (default) and blocking, data verified ---
 port=$((BASE+150))
 for mode in n b; do
 	for s in 64 4096 65536 1048576; do
 		c=1000; [ $s -ge 1048576 ] && c=100
-		pair "rstream-$mode-$s" $port 120 1 "rstream -p $port -T $mode -T v -S $s -C $c" \
-			"rstream -s $A -p $port -T $mode -T v -S $s -C $c"
-		port=$((port+1))
+		duo rstream "rstream-$mode-$s" 120 "-T $mode -T v -S $s -C $c"
 	done
 done
 # latency (ping-pong) runs, bounded counts
 for mode in n b; do
-	pair "rstream-lat-$mode-64" $port 120 1 "rstream -p $port -T $mode -T v -S 64 -I 5000 -C 1" \
-		"rstream -s $A -p $port -T $mode -T v -S 64 -I 5000 -C 1"; port=$((port+1))
-	pair "rstream-lat-$mode-64k" $port 120 1 "rstream -p $port -T $mode -T v -S 65536 -I 500 -C 1" \
-		"rstream -s $A -p $port -T $mode -T v -S 65536 -I 500 -C 1"; port=$((port+1))
+	duo rstream "rstream-lat-$mode-64" 120 "-T $mode -T v -S 64 -I 5000 -C 1"
+	duo rstream "rstream-lat-$mode-64k" 120 "-T $mode -T v -S 65536 -I 500 -C 1"
 done
 # rstream's own default run (every size, latency and bandwidth: 100k-iteration
 # latency tests, minutes on a slow fabric): RS_FULL=1
 if [ "${RS_FULL:-0}" = 1 ]; then
-	pair rstream-default $port 600 1 "rstream -p $port" "rstream -s $A -p $port"; port=$((port+1))
-	pair rstream-blocking-all $port 600 1 "rstream -p $port -T b" "rstream -s $A -p $port -T b"; port=$((port+1))
+	duo rstream rstream-default 600 ""
+	duo rstream rstream-blocking-all 600 "-T b"
 fi
-pair rstream-async-keepalive $port 120 1 "rstream -p $port -T a -k 1 -S 65536 -C 500" \
-	"rstream -s $A -p $port -T a -k 1 -S 65536 -C 500"; port=$((port+1))
+duo rstream rstream-async-keepalive 120 "-T a -k 1 -S 65536 -C 500"
 # tiny queues and buffers from the tunables (wrap-around, credit updates by count)
 conf=$PWD/$out/conf; mkdir -p "$conf"; echo 16 > "$conf/sqsize_default"; echo 16 > "$conf/rqsize_default"
 echo 0 > "$conf/inline_default"; echo 1 > "$conf/polling_time"
-pair rstream-tiny-tunables $port 120 1 "rstream -p $port -T v -B 4096 -S 1048576 -C 20" \
-	"rstream -s $A -p $port -T v -B 4096 -S 1048576 -C 20" "RDMACM_RS_RSOCKET_CONF=$conf"; port=$((port+1))
+duo rstream rstream-tiny-tunables 120 "-T v -B 4096 -S 1048576 -C 20" "RDMACM_RS_RSOCKET_CONF=$conf"
 
 # --- riostream: riomap/riowrite placement ---
 for mode in n b; do
-	pair "riostream-$mode-4096" $port 120 1 "riostream -p $port -T $mode -S 4096 -C 1000" \
-		"riostream -s $A -p $port -T $mode -S 4096 -C 1000"; port=$((port+1))
-	pair "riostream-$mode-1m" $port 120 1 "riostream -p $port -T $mode -S 1048576 -C 50" \
-		"riostream -s $A -p $port -T $mode -S 1048576 -C 50"; port=$((port+1))
+	duo riostream "riostream-$mode-4096" 120 "-T $mode -S 4096 -C 1000"
+	duo riostream "riostream-$mode-1m" 120 "-T $mode -S 1048576 -C 50"
 done
 
 # --- udpong: datagram rsockets (the server never exits) ---
