@@ -210,9 +210,6 @@ impl Qp {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
-        if mask & IBV_QP_STATE != 0 && matches!(attr.qp_state, IBV_QPS_ERR | IBV_QPS_SQD | IBV_QPS_RESET) {
-            self.settle_wire();
-        }
         let mut st = lock(&self.st);
         let lim = state::Limits { max_rd_atom: MAX_RD_ATOM };
         let next = state::check(st.state, self.kind, attr, mask, &lim).map_err(|_| Errno::EINVAL)?;
@@ -295,17 +292,6 @@ impl Qp {
         attr.port_num = 1;
         attr.path_mtu = IBV_MTU_4096;
         st.attr = attr;
-    }
-
-    /// Before leaving RTS (a CM disconnect does it right after the last message):
-    /// responses held back for coalescing leave now, and responses already in our
-    /// sockets are handled, so a peer's ACK that arrived before its DREQ completes our
-    /// send successfully instead of being flushed, as on a real HCA.
-    fn settle_wire(&self) {
-        if let Some(n) = self.ctx.net() {
-            n.kick();
-            n.progress(&self.ctx);
-        }
     }
 
     /// Enter ERR: flush every WQE of both queues (signaled or not) with WR_FLUSH_ERR.
