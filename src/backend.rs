@@ -94,6 +94,23 @@ pub fn created(id: &Arc<IdCore>) {
     }
 }
 
+/// Where a new channel's events come from besides its queue: the kernel CM
+/// gives each channel its own rdma_cm file (None: no device, or another backend).
+pub fn channel_source(flag: i32) -> Option<Box<dyn crate::cm::channel::Source>> {
+    match kind() {
+        Kind::Kernel => crate::kernel::channel_source(flag),
+        _ => None,
+    }
+}
+
+/// rdma_migrate_id: the backend's side of moving `id` to `to`.
+pub fn migrate(id: &Arc<IdCore>, to: &crate::cm::Channel) -> Result<()> {
+    match kind() {
+        Kind::Kernel => crate::kernel::migrate(id, to),
+        _ => Ok(()),
+    }
+}
+
 /// For ids whose backend state must go with them (no-op without a device).
 pub fn destroy(id: &Arc<IdCore>) {
     match kind() {

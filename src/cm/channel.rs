@@ -1,16 +1,43 @@
 //! Event channels: a FIFO of pending events and an fd that `poll()` reports
-//! readable while the FIFO is not empty.
+//! readable while the FIFO is not empty. A channel may also have a `Source`
+//! (the kernel CM's rdma_cm file): then `pop` reads the source itself in the
+//! caller's thread, as upstream's rdma_get_cm_event does, and the fd the
+//! application sees reports both.
 
 use super::event::Pending;
 use super::registry::{lock, Table};
 use crate::sys::{Errno, Flag, Result};
 use rdma_abi::cma::rdma_event_channel;
+use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex};
 
+/// What reading a channel's source gave.
+pub enum Take {
+    /// An event for the channel being read.
+    Here(Pending),
+    /// Something that went elsewhere (another channel's queue, or dropped): read again.
+    Again,
+    /// Nothing queued.
+    Empty,
+}
+
+/// Events that come from outside the library's queues.
+pub trait Source: Send + Sync {
+    /// The fd the application is given: readable while the source or the
+    /// channel's queue has an event.
+    fn public_fd(&self) -> i32;
+    /// The fd that becomes readable when the source has an event.
+    fn wait_fd(&self) -> i32;
+    /// One event, without blocking.
+    fn take(&self, ch: &Arc<Channel>) -> Result<Take>;
+    fn as_any(&self) -> &dyn Any;
+}
+
 pub struct Channel {
     flag: Flag,
+    source: Option<Box<dyn Source>>,
     queue: Mutex<VecDeque<Pending>>,
     cond: Condvar,
     /// Threads blocked in `pop` (changed under `queue`): a push with nobody
@@ -29,8 +56,11 @@ static CHANNELS: LazyLock<Table<Arc<Channel>>> = LazyLock::new(Table::new);
 
 impl Channel {
     pub fn new() -> Result<Arc<Channel>> {
+        let flag = Flag::new()?;
+        let source = crate::backend::channel_source(flag.raw());
         Ok(Arc::new(Channel {
-            flag: Flag::new()?,
+            flag,
+            source,
             queue: Mutex::new(VecDeque::new()),
             cond: Condvar::new(),
             waiters: AtomicUsize::new(0),
@@ -38,7 +68,11 @@ impl Channel {
     }
 
     pub fn fd(&self) -> i32 {
-        self.flag.raw()
+        self.source.as_ref().map_or(self.flag.raw(), |s| s.public_fd())
+    }
+
+    pub fn source(&self) -> Option<&dyn Source> {
+        self.source.as_deref()
     }
 
     pub fn push(&self, p: Pending) {
@@ -53,7 +87,34 @@ impl Channel {
     }
 
     /// Next event; blocks unless the application made the fd non-blocking.
-    pub fn pop(&self) -> Result<Pending> {
+    pub fn pop(self: &Arc<Self>) -> Result<Pending> {
+        let Some(src) = &self.source else { return self.pop_queue() };
+        loop {
+            if let Some(p) = self.try_pop() {
+                return Ok(p);
+            }
+            match src.take(self)? {
+                Take::Here(p) => return Ok(p),
+                Take::Again => continue,
+                Take::Empty => {}
+            }
+            if crate::sys::nonblocking(src.public_fd()) {
+                return Err(Errno::EAGAIN);
+            }
+            crate::sys::wait_readable(src.wait_fd(), self.flag.raw());
+        }
+    }
+
+    fn try_pop(&self) -> Option<Pending> {
+        let mut q = lock(&self.queue);
+        let p = q.pop_front()?;
+        if q.is_empty() {
+            self.flag.lower();
+        }
+        Some(p)
+    }
+
+    fn pop_queue(&self) -> Result<Pending> {
         let mut q = lock(&self.queue);
         loop {
             if let Some(p) = q.pop_front() {

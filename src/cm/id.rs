@@ -122,6 +122,17 @@ impl IdCore {
         st.channel.push(p);
     }
 
+    /// An event read from a backend's source by a reader of `ch`: given back
+    /// when the id is on `ch`, else queued on the id's own channel.
+    pub fn take_or_post(self: &Arc<Self>, p: Pending, ch: &Arc<Channel>) -> Option<Pending> {
+        let st = self.state();
+        if Arc::ptr_eq(&st.channel, ch) {
+            return Some(p);
+        }
+        st.channel.push(p);
+        None
+    }
+
     /// rdma_leave_multicast: the group's events not read yet go with it, as the
     /// kernel drops them on LEAVE_MCAST, so none arrives after the call. Events
     /// are matched by the join's context (one group per context on an id).
@@ -270,6 +281,8 @@ impl IdBox {
         if was_sync {
             core.ack_stored_event()?;
         }
+        // The backend's side first (the kernel moves the id to the new channel's file).
+        crate::backend::migrate(&core, &new_chan)?;
         let old = {
             let mut st = core.state();
             let old_chan = std::mem::replace(&mut st.channel, new_chan.clone());

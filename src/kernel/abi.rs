@@ -21,6 +21,7 @@ pub const CMD_GET_EVENT: u32 = 12;
 pub const CMD_SET_OPTION: u32 = 14;
 pub const CMD_NOTIFY: u32 = 15;
 pub const CMD_LEAVE_MCAST: u32 = 17;
+pub const CMD_MIGRATE_ID: u32 = 18;
 pub const CMD_QUERY: u32 = 19;
 pub const CMD_BIND: u32 = 20;
 pub const CMD_RESOLVE_ADDR: u32 = 21;
@@ -90,6 +91,21 @@ pub struct rdma_ucm_destroy_id {
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct rdma_ucm_destroy_id_resp {
+    pub events_reported: u32,
+}
+
+/// MIGRATE_ID, written on the new file: `fd` is the file the id is on now.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct rdma_ucm_migrate_id {
+    pub response: u64,
+    pub id: u32,
+    pub fd: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct rdma_ucm_migrate_resp {
     pub events_reported: u32,
 }
 
@@ -392,6 +408,7 @@ const _: () = {
     assert!(size_of::<kernel_sockaddr_storage>() == 128 && align_of::<kernel_sockaddr_storage>() == 8);
     assert!(size_of::<rdma_ucm_create_id>() == 24);
     assert!(size_of::<rdma_ucm_destroy_id>() == 16);
+    assert!(size_of::<rdma_ucm_migrate_id>() == 16);
     assert!(size_of::<rdma_ucm_bind>() == 136);
     assert!(offset_of!(rdma_ucm_bind, addr) == 8);
     assert!(size_of::<rdma_ucm_resolve_addr>() == 272);
@@ -470,6 +487,8 @@ mod layout {
         check!(p; rdma_ucm_create_id_resp = "struct rdma_ucm_create_id_resp" { id });
         check!(p; rdma_ucm_destroy_id = "struct rdma_ucm_destroy_id" { response, id, reserved });
         check!(p; rdma_ucm_destroy_id_resp = "struct rdma_ucm_destroy_id_resp" { events_reported });
+        check!(p; rdma_ucm_migrate_id = "struct rdma_ucm_migrate_id" { response, id, fd });
+        check!(p; rdma_ucm_migrate_resp = "struct rdma_ucm_migrate_resp" { events_reported });
         check!(p; rdma_ucm_bind = "struct rdma_ucm_bind" { id, addr_size, reserved, addr });
         check!(p; rdma_ucm_resolve_addr = "struct rdma_ucm_resolve_addr" {
             id, timeout_ms, src_size, dst_size, reserved, src_addr, dst_addr
@@ -534,6 +553,7 @@ mod layout {
             ("RDMA_USER_CM_CMD_SET_OPTION", CMD_SET_OPTION),
             ("RDMA_USER_CM_CMD_NOTIFY", CMD_NOTIFY),
             ("RDMA_USER_CM_CMD_LEAVE_MCAST", CMD_LEAVE_MCAST),
+            ("RDMA_USER_CM_CMD_MIGRATE_ID", CMD_MIGRATE_ID),
             ("RDMA_USER_CM_CMD_QUERY", CMD_QUERY),
             ("RDMA_USER_CM_CMD_BIND", CMD_BIND),
             ("RDMA_USER_CM_CMD_RESOLVE_ADDR", CMD_RESOLVE_ADDR),

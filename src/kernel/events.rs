@@ -1,61 +1,26 @@
-//! The reader thread: blocking GET_EVENT on the process's rdma_cm file, each
-//! kernel event translated (kernel-abi.md §5) and posted to the owning id's
-//! event channel through the core, where rdma_get_cm_event finds it. The
-//! library-side work upstream does inside rdma_get_cm_event (queries, device
-//! attach, the active side's RTR/RTS/RTU, multicast attach) happens here, in
-//! kernel order, before the event is queued.
+//! Kernel events as rdma_get_cm_event reads them from a channel's rdma_cm
+//! file (`source`): each is translated (kernel-abi.md §5) after the
+//! library-side work upstream does there (queries, device attach, the active
+//! side's RTR/RTS/RTU, multicast attach), then handed to the caller when its
+//! id is on the channel being read, else queued on the id's channel (an id
+//! migrated meanwhile).
 
 use super::abi::*;
 use super::convert;
 use super::kid::{self, KId, Mc, Owner};
 use super::ucma::Ucma;
+use crate::cm::channel::Take;
 use crate::cm::event::Param;
-use crate::cm::{IdBox, IdCore, Pending};
+use crate::cm::{Channel, IdBox, IdCore, Pending};
 use crate::sys::{Errno, Result};
 use crate::verbs::ibv_attach_mcast;
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::sync::Arc;
 
-/// Starts the reader thread for the process's rdma_cm file.
-pub fn start(u: &'static Ucma) -> Result<()> {
-    std::thread::Builder::new()
-        .name("rdmacm-events".into())
-        .spawn(move || run(u))
-        .map(|_| ())
-        .map_err(|_| Errno::EAGAIN)
-}
-
-fn run(u: &'static Ucma) {
-    // Signals are the application's business: let its own threads take them.
-    // SAFETY: a full set, applied to this thread only.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-    }
-    let mut warned = false;
-    loop {
-        match u.get_event() {
-            Ok(ev) => {
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(u, &ev))).is_err() {
-                    eprintln!("librdmacm (rdmacm-rs): internal error handling kernel event {}; dropped", ev.event);
-                }
-            }
-            Err(e) if e.0 == libc::EINTR => {}
-            Err(e) => {
-                if !warned {
-                    eprintln!("librdmacm (rdmacm-rs): reading rdma_cm events failed: {}", std::io::Error::from_raw_os_error(e.0));
-                    warned = true;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        }
-    }
-}
-
-fn dispatch(u: &Ucma, ev: &rdma_ucm_event_resp) {
-    match kid::lookup(ev.uid) {
+/// Where an event read from `u` by a reader of `ch` goes.
+pub fn dispatch(u: &Arc<Ucma>, ev: &rdma_ucm_event_resp, ch: &Arc<Channel>) -> Take {
+    let routed = match kid::lookup(ev.uid) {
         Some(Owner::Id(k)) => on_id_event(u, &k, ev),
         Some(Owner::Mc(k, mc)) => on_mc_event(&k, &mc, ev),
         None => {
@@ -63,9 +28,25 @@ fn dispatch(u: &Ucma, ev: &rdma_ucm_event_resp) {
             if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
                 let _ = u.destroy_id(ev.id);
             }
+            None
+        }
+    };
+    let Some((k, p)) = routed else { return Take::Again };
+    match k.route(p, ch) {
+        Ok(Some(p)) => Take::Here(p),
+        Ok(None) => Take::Again,
+        Err(p) => {
+            // The owner was destroyed meanwhile: a request's new id goes with it.
+            if p.id != p.owner.ptr {
+                let _ = IdBox::destroy(p.id.0);
+            }
+            Take::Again
         }
     }
 }
+
+/// An event and the id whose channel it goes to.
+type Routed = Option<(Arc<KId>, Pending)>;
 
 /// An event with the kernel's connection parameters (private data copied).
 fn conn_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32) -> Pending {
@@ -117,65 +98,64 @@ fn by_type(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32
     }
 }
 
-fn on_id_event(u: &Ucma, k: &Arc<KId>, ev: &rdma_ucm_event_resp) {
+fn on_id_event(u: &Arc<Ucma>, k: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
     let status = ev.status as i32;
     let core = &k.core;
     match ev.event {
         RDMA_CM_EVENT_ADDR_RESOLVED => {
-            let p = match k.with_handle(|h, st| k.query_addr(u, h, st)) {
+            let p = match k.with_handle(|u, h, st| k.query_addr(u, h, st)) {
                 Ok(()) => core.pending(RDMA_CM_EVENT_ADDR_RESOLVED, status, Param::zeroed()),
                 Err(e) => core.pending(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed()),
             };
-            k.post(p);
+            Some((k.clone(), p))
         }
         RDMA_CM_EVENT_ROUTE_RESOLVED => {
-            let p = match k.with_handle(|h, st| k.query_path(u, h, st)) {
+            let p = match k.with_handle(|u, h, st| k.query_path(u, h, st)) {
                 Ok(()) => core.pending(RDMA_CM_EVENT_ROUTE_RESOLVED, status, Param::zeroed()),
                 Err(e) => core.pending(RDMA_CM_EVENT_ROUTE_ERROR, -e.0, Param::zeroed()),
             };
-            k.post(p);
+            Some((k.clone(), p))
         }
         RDMA_CM_EVENT_CONNECT_REQUEST => on_request(u, k, ev),
-        RDMA_CM_EVENT_CONNECT_RESPONSE => on_response(u, k, ev),
+        RDMA_CM_EVENT_CONNECT_RESPONSE => on_response(k, ev),
         RDMA_CM_EVENT_REJECTED | RDMA_CM_EVENT_DISCONNECTED => {
             if k.st().connect_error {
-                return; // the failed reply was reported as CONNECT_ERROR already
+                return None; // the failed reply was reported as CONNECT_ERROR already
             }
             if ev.event == RDMA_CM_EVENT_REJECTED {
                 let _ = k.qp_to(IBV_QPS_ERR);
             }
-            k.post(by_type(core, ev, ev.event, status));
+            Some((k.clone(), by_type(core, ev, ev.event, status)))
         }
-        e => {
-            k.post(by_type(core, ev, e, status));
-        }
+        e => Some((k.clone(), by_type(core, ev, e, status))),
     }
 }
 
 /// CONNECT_REQUEST: the kernel made a new id (`ev.id`); it becomes a new
 /// core id with the listener's channel, context and port space, reported on
 /// the listener's channel. Its own events start once it is accepted.
-fn on_request(u: &Ucma, l: &Arc<KId>, ev: &rdma_ucm_event_resp) {
+fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
     let Ok((ch, ctx, ps, qpt)) = l.core.with_public(|p| (p.channel, p.context, p.ps, p.qp_type)) else {
         let _ = u.destroy_id(ev.id);
-        return;
+        return None;
     };
     let ptr = match IdBox::create(ch, ctx, ps, Some(qpt)) {
         Ok(p) => p,
         Err(_) => {
             let _ = u.destroy_id(ev.id);
-            return;
+            return None;
         }
     };
     // From here the new id owns the kernel id: destroying it destroys both.
     let setup = || -> Result<Arc<KId>> {
         let core = IdBox::lookup(ptr)?;
-        let c = kid::adopt(&core, ev.id);
+        // The new kernel id is on the file the request came from.
+        let c = kid::adopt(&core, ev.id, u.clone());
         if l.core.is_sync() {
             IdBox::migrate(ptr, std::ptr::null_mut())?;
         }
         let ud = qpt == IBV_QPT_UD;
-        c.with_handle(|h, st| {
+        c.with_handle(|u, h, st| {
             c.query_addr(u, h, st)?;
             c.query_path(u, h, st)?;
             if !ud {
@@ -193,29 +173,25 @@ fn on_request(u: &Ucma, l: &Arc<KId>, ev: &rdma_ucm_event_resp) {
     };
     if setup().is_err() {
         let _ = IdBox::destroy(ptr);
-        return;
+        return None;
     }
     let mut p = by_type(&l.core, ev, RDMA_CM_EVENT_CONNECT_REQUEST, ev.status as i32);
     p.id = crate::cm::event::IdPtr(ptr);
     p.listen_id = l.core.ptr;
-    if !l.post(p) {
-        // The listener was destroyed meanwhile: its request goes with it.
-        let _ = IdBox::destroy(ptr);
-    }
+    Some((l.clone(), p))
 }
 
 /// CONNECT_RESPONSE (IB/RoCE active side): with a library-driven QP, move it
 /// to RTR and RTS, send the RTU and report ESTABLISHED; without one, report
 /// the response (the application calls rdma_establish).
-fn on_response(u: &Ucma, k: &Arc<KId>, ev: &rdma_ucm_event_resp) {
+fn on_response(k: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
     let core = &k.core;
     core.state().remote_ece = ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 };
     let has_qp = core.with_public(|p| !p.qp.is_null()).unwrap_or(false);
     if !has_qp {
-        k.post(conn_pending(core, ev, RDMA_CM_EVENT_CONNECT_RESPONSE, ev.status as i32));
-        return;
+        return Some((k.clone(), conn_pending(core, ev, RDMA_CM_EVENT_CONNECT_RESPONSE, ev.status as i32)));
     }
-    let r = k.with_handle(|h, st| {
+    let r = k.with_handle(|u, h, st| {
         let local = core.state().local_ece;
         let options = core.with_public(|p| {
             if p.qp.is_null() {
@@ -227,22 +203,23 @@ fn on_response(u: &Ucma, k: &Arc<KId>, ev: &rdma_ucm_event_resp) {
         u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default())?;
         Ok(options)
     });
-    match r {
+    let p = match r {
         Ok(options) => {
             core.state().local_ece.options = options;
-            k.post(conn_pending(core, ev, RDMA_CM_EVENT_ESTABLISHED, 0));
+            conn_pending(core, ev, RDMA_CM_EVENT_ESTABLISHED, 0)
         }
         Err(e) => {
             let _ = k.qp_to(IBV_QPS_ERR);
             k.st().connect_error = true;
-            k.post(core.pending(RDMA_CM_EVENT_CONNECT_ERROR, -e.0, Param::zeroed()));
+            core.pending(RDMA_CM_EVENT_CONNECT_ERROR, -e.0, Param::zeroed())
         }
-    }
+    };
+    Some((k.clone(), p))
 }
 
 /// MULTICAST_JOIN/ERROR: the membership's group goes on the id's QP (unless
 /// send-only); the application gets its join context back as private_data.
-fn on_mc_event(k: &Arc<KId>, mc: &Arc<Mc>, ev: &rdma_ucm_event_resp) {
+fn on_mc_event(k: &Arc<KId>, mc: &Arc<Mc>, ev: &rdma_ucm_event_resp) -> Routed {
     let core = &k.core;
     let mut event = ev.event;
     let mut status = ev.status as i32;
@@ -268,12 +245,12 @@ fn on_mc_event(k: &Arc<KId>, mc: &Arc<Mc>, ev: &rdma_ucm_event_resp) {
                 event = RDMA_CM_EVENT_MULTICAST_ERROR;
                 status = -e.abs();
             }
-            Err(_) => return,
+            Err(_) => return None,
         }
     }
     let mut p = ud_pending(core, ev, event, status);
     p.private = Vec::new();
     p.param.0.ud.private_data = mc.context as *const libc::c_void;
     p.param.0.ud.private_data_len = 0;
-    k.post(p);
+    Some((k.clone(), p))
 }

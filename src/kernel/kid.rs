@@ -14,7 +14,7 @@ use super::convert;
 use super::dev::{self, Dev};
 use super::ucma::Ucma;
 use crate::cm::registry::{lock, KeyMap};
-use crate::cm::{IdCore, Pending};
+use crate::cm::{Channel, IdCore, Pending};
 use crate::sys::{Errno, Result};
 use crate::verbs::{ibv_detach_mcast, ibv_modify_qp};
 use rdma_abi::verbs::*;
@@ -35,6 +35,8 @@ impl Drop for PathArray {
 pub struct KSt {
     /// The kernel id; None once destroyed.
     pub handle: Option<u32>,
+    /// The rdma_cm file the kernel id is on (its channel's; MIGRATE_ID moves it).
+    pub file: Arc<Ucma>,
     /// Set by destroy: nothing may be posted for the id after that.
     pub dead: bool,
     pub dev: Option<&'static Dev>,
@@ -96,12 +98,13 @@ pub fn get(core: &Arc<IdCore>) -> Result<Arc<KId>> {
     ext_of(core).ok_or(Errno::EINVAL)
 }
 
-fn new_kid(core: &Arc<IdCore>, handle: Option<u32>) -> Arc<KId> {
+fn new_kid(core: &Arc<IdCore>, handle: Option<u32>, file: Arc<Ucma>) -> Arc<KId> {
     Arc::new(KId {
         core: core.clone(),
         key: next_key(),
         st: Mutex::new(KSt {
             handle,
+            file,
             dead: false,
             dev: None,
             initiator_depth: 0,
@@ -113,9 +116,9 @@ fn new_kid(core: &Arc<IdCore>, handle: Option<u32>) -> Arc<KId> {
     })
 }
 
-/// The id's kernel state, creating its kernel id on first use (ids exist in
-/// the kernel only once a device call needs them).
-pub fn get_or_create(u: &Ucma, core: &Arc<IdCore>) -> Result<Arc<KId>> {
+/// The id's kernel state, creating its kernel id (on its channel's file) if
+/// it has none yet. A channel without a file means no device: ENODEV.
+pub fn get_or_create(core: &Arc<IdCore>) -> Result<Arc<KId>> {
     let (ps, qp_type) = core.with_public(|p| (p.ps, p.qp_type))?;
     let mut st = core.state();
     if let Some(k) = st.ext.as_ref().and_then(|e| e.clone().downcast::<KId>().ok()) {
@@ -124,7 +127,8 @@ pub fn get_or_create(u: &Ucma, core: &Arc<IdCore>) -> Result<Arc<KId>> {
     if !st.alive {
         return Err(Errno::EINVAL);
     }
-    let k = new_kid(core, None);
+    let u = super::source::file_of(&st.channel).ok_or(Errno::ENODEV)?;
+    let k = new_kid(core, None, u.clone());
     lock(&OWNERS).insert(k.key, Owner::Id(k.clone()));
     match u.create_id(k.key, ps, qp_type) {
         Ok(h) => {
@@ -140,8 +144,8 @@ pub fn get_or_create(u: &Ucma, core: &Arc<IdCore>) -> Result<Arc<KId>> {
 }
 
 /// A CONNECT_REQUEST's new kernel id, given to the new core id.
-pub fn adopt(core: &Arc<IdCore>, handle: u32) -> Arc<KId> {
-    let k = new_kid(core, Some(handle));
+pub fn adopt(core: &Arc<IdCore>, handle: u32, file: Arc<Ucma>) -> Arc<KId> {
+    let k = new_kid(core, Some(handle), file);
     lock(&OWNERS).insert(k.key, Owner::Id(k.clone()));
     core.state().ext = Some(k.clone());
     k
@@ -178,23 +182,40 @@ impl KId {
         lock(&self.st)
     }
 
-    /// Runs `f` with the kernel id while it exists (EINVAL after destroy).
-    pub fn with_handle<R>(&self, f: impl FnOnce(u32, &mut KSt) -> Result<R>) -> Result<R> {
+    /// Runs `f` with the kernel id and its file while it exists (EINVAL after destroy).
+    pub fn with_handle<R>(&self, f: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<R>) -> Result<R> {
         let mut st = self.st();
         let h = st.handle.ok_or(Errno::EINVAL)?;
-        f(h, &mut st)
+        let u = st.file.clone();
+        f(&u, h, &mut st)
     }
 
-    /// Queues an event unless the id is being destroyed (checked and pushed
-    /// under the lock destroy takes, so nothing slips in after it).
-    pub fn post(&self, p: Pending) -> bool {
+    /// Hands over an event read from a kernel file by a reader of `ch`:
+    /// Ok(Some) when the id is on `ch` (the reader returns it), Ok(None) when
+    /// it was queued on the id's own channel, Err when the id is being
+    /// destroyed (checked under the lock destroy takes, so nothing slips in
+    /// after it).
+    pub fn route(&self, p: Pending, ch: &Arc<Channel>) -> std::result::Result<Option<Pending>, Pending> {
         let st = self.st();
         if st.dead {
-            return false;
+            return Err(p);
         }
-        self.core.post(p);
+        let r = self.core.take_or_post(p, ch);
         drop(st);
-        true
+        Ok(r)
+    }
+
+    /// rdma_migrate_id: the kernel id (with its unread events) moves to the
+    /// file of the channel `to`.
+    pub fn migrate(&self, to: &Channel) -> Result<()> {
+        let mut st = self.st();
+        let Some(h) = st.handle else { return Ok(()) };
+        let file = super::source::file_of(to).ok_or(Errno::ENODEV)?;
+        if !Arc::ptr_eq(&file, &st.file) {
+            file.migrate_id(h, st.file.raw())?;
+            st.file = file;
+        }
+        Ok(())
     }
 
     /// QUERY(ADDR): the id's addresses; attaches it to its device the first
@@ -325,18 +346,18 @@ impl KId {
     /// rdma_destroy_id: no event is posted after this, the kernel id and
     /// memberships are destroyed (the kernel drops their unread events), the
     /// path records freed.
-    pub fn teardown(&self, u: Option<&Ucma>) {
-        let (handle, mcs, path) = {
+    pub fn teardown(&self) {
+        let (handle, mcs, path, u) = {
             let mut st = self.st();
             st.dead = true;
-            (st.handle.take(), std::mem::take(&mut st.mcs), st.path.take())
+            (st.handle.take(), std::mem::take(&mut st.mcs), st.path.take(), st.file.clone())
         };
         forget(self.key);
         for mc in &mcs {
             forget(mc.key);
             self.detach(mc);
         }
-        if let (Some(h), Some(u)) = (handle, u) {
+        if let Some(h) = handle {
             let _ = u.destroy_id(h);
         }
         let _ = self.core.with_public(|p| {

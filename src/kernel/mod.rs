@@ -1,19 +1,20 @@
 //! The kernel backend: the CM of Linux (`/dev/infiniband/rdma_cm`, the ucma
 //! write() ABI of kernel-abi.md), for RoCE, InfiniBand and iWARP devices.
 //!
-//! Design: one rdma_cm file per process, opened on the first device call;
-//! every kernel id lives on it, created lazily with a numeric `uid` cookie
-//! that `kid` maps back to the id (or multicast membership). One reader
-//! thread (`events`) takes the file's events in kernel order, does the
-//! library-side work upstream does in rdma_get_cm_event, and queues each
-//! event on the owning id's channel through the core, which keeps channels,
-//! delivery, acks and destroy accounting for every backend. Since every id is
-//! on the same file, rdma_migrate_id needs no kernel command: the core moves
-//! ids between our channels. DESTROY_ID stops the kernel's events for an id;
-//! the core drops the unread ones and waits for acks.
+//! Design: as upstream, every event channel has its own rdma_cm file
+//! (`source`); an id's kernel id is created on its channel's file with a
+//! numeric `uid` cookie that `kid` maps back to the id (or multicast
+//! membership). rdma_get_cm_event reads the file in the caller's thread,
+//! does the library-side work upstream does there and hands the event over
+//! through the core, which keeps channels, delivery, acks and destroy
+//! accounting for every backend; the events the library makes itself (USER,
+//! addrinfo) wait in the channel's queue, which the same fd reports.
+//! rdma_migrate_id moves the kernel id with MIGRATE_ID. DESTROY_ID stops the
+//! kernel's events for an id (the kernel drops its unread ones); the core
+//! drops the queued ones and waits for acks.
 //!
 //! Files: `abi` (uapi mirrors + layout proof), `ucma` (the file and its
-//! commands), `kid` (per-id state, uid map, queries, QP transitions), `dev`
+//! commands), `source` (a channel's file, read by rdma_get_cm_event), `kid` (per-id state, uid map, queries, QP transitions), `dev`
 //! (devices by node GUID), `convert` (kernel → verbs structs), `events`,
 //! `ece` (the QP's ECE on create and on the peer's reply).
 
@@ -23,92 +24,73 @@ pub mod dev;
 pub mod ece;
 pub mod events;
 pub mod kid;
+pub mod source;
 pub mod ucma;
 
 use crate::backend::{Backend, ConnParam};
 use crate::cm::options::Opt;
-use crate::cm::registry::lock;
 use crate::cm::IdCore;
 use crate::sys::{Errno, Result};
 use abi::*;
 use kid::{KSt, KId};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use ucma::Ucma;
 
-static UCMA: Mutex<Option<(&'static Ucma, u32)>> = Mutex::new(None);
-
-/// Bumped in the child of every fork() (pthread_atfork, registered when the
-/// file is first opened): a file opened in an older generation is the
-/// parent's. Cheaper than a getpid() syscall on every call.
-static FORK_GEN: AtomicU32 = AtomicU32::new(0);
-static ATFORK: Once = Once::new();
-
-extern "C" fn forked_child() {
-    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+/// Whether libibverbs lists a device (a positive answer is kept; without
+/// one the list is read again next time, a device may come).
+fn has_device() -> bool {
+    static SEEN: AtomicBool = AtomicBool::new(false);
+    if SEEN.load(Ordering::Relaxed) {
+        return true;
+    }
+    let yes = dev::any();
+    SEEN.store(yes, Ordering::Relaxed);
+    yes
 }
 
-/// The process's rdma_cm file (opened, with its reader thread, on first use).
-/// Without any verbs device the kernel CM is of no use: ENODEV, as upstream.
-/// A child of fork() gets a file of its own: the inherited one is the
-/// parent's, whose reader thread would take the child's events (the parent's
-/// ids stay unusable in the child, as upstream says).
-pub fn ucma() -> Result<&'static Ucma> {
-    let mut g = lock(&UCMA);
-    let gen = FORK_GEN.load(Ordering::Relaxed);
-    if let Some((u, ugen)) = *g {
-        if ugen == gen {
-            return Ok(u);
+/// Scans the devices ahead of the first device call, as upstream's
+/// rdma_create_event_channel and rdma_create_id do (ucma_init).
+pub fn prepare() {
+    has_device();
+}
+
+/// A new channel's rdma_cm file. Without any verbs device the kernel CM is
+/// of no use: no file, and the channel's ids get ENODEV, as upstream.
+pub fn channel_source(flag: i32) -> Option<Box<dyn crate::cm::channel::Source>> {
+    if !has_device() {
+        return None;
+    }
+    match source::KernelSource::open(flag) {
+        Ok(s) => Some(Box::new(s)),
+        Err(e) => {
+            crate::trace::emit(crate::trace::start(), || format!("  opening {} failed: errno {}", ucma::DEVICE, e.0));
+            None
         }
     }
-    if !dev::any() {
-        return Err(Errno::ENODEV);
-    }
-    ATFORK.call_once(|| {
-        // SAFETY: registers a handler that only bumps an atomic (async-signal-safe).
-        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    });
-    let u: &'static Ucma = Box::leak(Box::new(Ucma::open()?));
-    events::start(u)?;
-    *g = Some((u, gen));
-    Ok(u)
 }
 
-/// Opens the kernel CM ahead of the first device call, as upstream's
-/// rdma_create_event_channel and rdma_create_id do (ucma_init): the device
-/// scan and the reader thread are not charged to the first resolve. Without
-/// a device nothing happens (the calls that need one fail with ENODEV later);
-/// that is tried once per process, not on every rdma_create_id.
-pub fn prepare() {
-    static TRIED: AtomicU32 = AtomicU32::new(0);
-    let gen = FORK_GEN.load(Ordering::Relaxed).wrapping_add(1);
-    if TRIED.swap(gen, Ordering::Relaxed) != gen {
-        let _ = ucma();
-    }
-}
-
-/// rdma_create_id: the kernel id is made now, as upstream does, when the
-/// file is open (`prepare`); if that fails the id stays userspace-only and
-/// its first device call makes the kernel id (and reports the error).
+/// rdma_create_id: the kernel id is made now, as upstream does (if the
+/// channel has no file, the first device call reports ENODEV).
 pub fn created(id: &Arc<IdCore>) {
-    if let Some(u) = opened() {
-        let _ = kid::get_or_create(u, id);
-    }
+    let _ = kid::get_or_create(id);
 }
 
-/// The rdma_cm file of this process if it was opened (never opens it).
-fn opened() -> Option<&'static Ucma> {
-    lock(&UCMA).filter(|(_, gen)| *gen == FORK_GEN.load(Ordering::Relaxed)).map(|(u, _)| u)
-}
-
-/// rdma_destroy_id: the id's kernel side goes (if it has one). In a child of
-/// fork() an inherited id is only forgotten: its kernel id is the parent's.
+/// rdma_destroy_id: the id's kernel side goes (if it has one).
 pub fn destroy(id: &Arc<IdCore>) {
     let ext = id.state().ext.take();
     if let Some(Ok(k)) = ext.map(|e| e.downcast::<KId>()) {
-        k.teardown(opened());
+        k.teardown();
+    }
+}
+
+/// rdma_migrate_id: an id with a kernel id takes it to the new channel's file.
+pub fn migrate(id: &Arc<IdCore>, to: &crate::cm::Channel) -> Result<()> {
+    match kid::get(id) {
+        Ok(k) => k.migrate(to),
+        Err(_) => Ok(()),
     }
 }
 
@@ -116,7 +98,9 @@ pub struct Kernel;
 static KERNEL: Kernel = Kernel;
 
 pub fn backend() -> Result<&'static dyn Backend> {
-    ucma()?;
+    if !has_device() {
+        return Err(Errno::ENODEV);
+    }
     Ok(&KERNEL)
 }
 
@@ -203,18 +187,16 @@ fn check_depths(ps: u32, st: &KSt, p: &ConnParam) -> Result<()> {
 
 impl Backend for Kernel {
     fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
-        k.with_handle(|h, st| {
+        let k = kid::get_or_create(id)?;
+        k.with_handle(|u, h, st| {
             u.bind(h, addr)?;
             k.query_addr(u, h, st)
         })
     }
 
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
-        k.with_handle(|h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
+        let k = kid::get_or_create(id)?;
+        k.with_handle(|u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
         id.with_public(|p| {
             // SAFETY: the storage member of the address union (plain bytes); dst ≤ 128 bytes.
             let d = unsafe { std::slice::from_raw_parts_mut(std::ptr::addr_of_mut!(p.route.addr.dst.storage) as *mut u8, 128) };
@@ -228,9 +210,8 @@ impl Backend for Kernel {
     }
 
     fn resolve_route(&self, id: &Arc<IdCore>, timeout_ms: i32) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
-        k.with_handle(|h, _| u.resolve_route(h, timeout_ms as u32))?;
+        let k = kid::get_or_create(id)?;
+        k.with_handle(|u, h, _| u.resolve_route(h, timeout_ms as u32))?;
         if id.is_sync() {
             id.complete()?;
         }
@@ -238,20 +219,18 @@ impl Backend for Kernel {
     }
 
     fn listen(&self, id: &Arc<IdCore>, backlog: i32) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
-        k.with_handle(|h, st| {
+        let k = kid::get_or_create(id)?;
+        k.with_handle(|u, h, st| {
             u.listen(h, backlog)?;
             k.query_addr(u, h, st)
         })
     }
 
     fn connect(&self, id: &Arc<IdCore>, p: ConnParam) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
+        let k = kid::get_or_create(id)?;
         let ps = id.with_public(|p| p.ps)?;
         let ece = kid::req_ece(id);
-        k.with_handle(|h, st| {
+        k.with_handle(|u, h, st| {
             let d = st.dev.ok_or(Errno::EINVAL)?;
             check_depths(ps, st, &p)?;
             st.initiator_depth = if p.initiator_depth != RDMA_MAX_INIT_DEPTH { p.initiator_depth } else { d.max_initiator_depth };
@@ -269,7 +248,6 @@ impl Backend for Kernel {
     }
 
     fn accept(&self, id: &Arc<IdCore>, p: Option<ConnParam>) -> Result<()> {
-        let u = ucma()?;
         let k = kid::get(id)?;
         let ps = id.with_public(|p| p.ps)?;
         let ud = kid::is_ud(id);
@@ -278,7 +256,7 @@ impl Backend for Kernel {
             return Err(Errno::EINVAL);
         }
         let ece = kid::rep_ece(id);
-        k.with_handle(|h, st| {
+        k.with_handle(|u, h, st| {
             if let Some(p) = &p {
                 check_depths(ps, st, p)?;
                 if p.initiator_depth != RDMA_MAX_INIT_DEPTH {
@@ -311,25 +289,21 @@ impl Backend for Kernel {
     }
 
     fn reject(&self, id: &Arc<IdCore>, data: &[u8], vendor_reason: bool) -> Result<()> {
-        let u = ucma()?;
         let reason = if vendor_reason { REJ_VENDOR_OPTION_NOT_SUPPORTED } else { 0 };
-        kid::get(id)?.with_handle(|h, _| u.reject(h, reason, data))
+        kid::get(id)?.with_handle(|u, h, _| u.reject(h, reason, data))
     }
 
     fn establish(&self, id: &Arc<IdCore>) -> Result<()> {
-        let u = ucma()?;
-        kid::get(id)?.with_handle(|h, _| u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default()))
+        kid::get(id)?.with_handle(|u, h, _| u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default()))
     }
 
     fn notify(&self, id: &Arc<IdCore>, event: u32) -> Result<()> {
-        let u = ucma()?;
-        kid::get(id)?.with_handle(|h, _| u.notify(h, event))
+        kid::get(id)?.with_handle(|u, h, _| u.notify(h, event))
     }
 
     fn disconnect(&self, id: &Arc<IdCore>) -> Result<()> {
-        let u = ucma()?;
         let k = kid::get(id)?;
-        k.with_handle(|h, st| {
+        k.with_handle(|u, h, st| {
             // Outstanding work flushes (IB/RoCE) or drains (iWARP) first.
             let d = st.dev.ok_or(Errno::EINVAL)?;
             k.qp_to(if d.is_iwarp() { IBV_QPS_SQD } else { IBV_QPS_ERR })?;
@@ -342,7 +316,6 @@ impl Backend for Kernel {
     }
 
     fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
-        let u = ucma()?;
         let k = kid::get(id)?;
         if kid::is_ud(id) {
             // UD QPs go straight to RTS: the kernel's answer is for INIT only.
@@ -359,16 +332,15 @@ impl Backend for Kernel {
                 _ => {}
             }
         }
-        let ka = k.with_handle(|h, _| u.init_qp_attr(h, attr.qp_state))?;
+        let ka = k.with_handle(|u, h, _| u.init_qp_attr(h, attr.qp_state))?;
         *mask = convert::qp_attr(&ka, attr);
         Ok(())
     }
 
     fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
+        let k = kid::get_or_create(id)?;
         let mc = kid::add_mc(&k, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
-        match k.with_handle(|h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
+        match k.with_handle(|u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
             Ok(handle) => mc.handle.store(handle, std::sync::atomic::Ordering::Relaxed),
             Err(e) => {
                 kid::take_mc(&k, addr);
@@ -382,21 +354,20 @@ impl Backend for Kernel {
     }
 
     fn leave_multicast(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
-        let u = ucma()?;
         let k = kid::get(id).map_err(|_| Errno(libc::EADDRNOTAVAIL))?;
         let mc = kid::take_mc(&k, addr).ok_or(Errno(libc::EADDRNOTAVAIL))?;
         k.detach(&mc);
         id.drop_queued_mc(mc.context);
         let handle = mc.handle.load(std::sync::atomic::Ordering::Relaxed);
         if handle != u32::MAX {
-            u.leave_mcast(handle)?;
+            // Written on the id's file, which owns the membership.
+            k.with_handle(|u, _, _| u.leave_mcast(handle))?;
         }
         Ok(())
     }
 
     fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
-        let u = ucma()?;
-        let k = kid::get_or_create(u, id)?;
+        let k = kid::get_or_create(id)?;
         let (level, name, val): (i32, i32, Vec<u8>) = match opt {
             Opt::Tos(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, vec![*v]),
             Opt::ReuseAddr(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, (*v as i32).to_ne_bytes().to_vec()),
@@ -404,7 +375,7 @@ impl Backend for Kernel {
             Opt::AckTimeout(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, vec![*v]),
             Opt::IbPath(v) => (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, v.clone()),
         };
-        k.with_handle(|h, _| u.set_option(h, level as u32, name as u32, &val))?;
+        k.with_handle(|u, h, _| u.set_option(h, level as u32, name as u32, &val))?;
         // The kernel itself reports ROUTE_RESOLVED for a path given this way.
         if matches!(opt, Opt::IbPath(_)) && id.is_sync() {
             id.complete()?;

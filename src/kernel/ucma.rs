@@ -1,8 +1,8 @@
-//! The process's one `/dev/infiniband/rdma_cm` file and its write() command
-//! protocol (kernel-abi.md §2): every command is a single write of an 8-byte
-//! header plus the command struct; responses land in a buffer whose address
-//! travels inside the command. Every kernel id of this process lives on this
-//! file, so their events come out of one FIFO, read by one thread (`events`).
+//! A `/dev/infiniband/rdma_cm` file and its write() command protocol
+//! (kernel-abi.md §2): every command is a single write of an 8-byte header
+//! plus the command struct; responses land in a buffer whose address travels
+//! inside the command. Each event channel has its own file, as upstream's
+//! does: the kernel ids on it and their events in one FIFO (`source`).
 
 use super::abi::*;
 use crate::sys::{Errno, Result};
@@ -47,12 +47,18 @@ impl Ucma {
         }
         let path = std::ffi::CString::new(DEVICE).map_err(|_| Errno::EINVAL)?;
         // SAFETY: a NUL-terminated path; the result is checked.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        // Non-blocking: GET_EVENT is tried first and the channel waits in
+        // poll() (`source`), where its userspace events wake it too.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
         if fd < 0 {
             return Err(Errno::last());
         }
         // SAFETY: fd was just returned by open and is owned by nobody else.
         Ok(Ucma { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    pub fn raw(&self) -> i32 {
+        self.fd.as_raw_fd()
     }
 
     /// Writes one command; `out` is the size of the response buffer named in `body`.
@@ -175,7 +181,7 @@ impl Ucma {
         Ok(resp)
     }
 
-    /// Blocks until the file's next event (the reader thread's call).
+    /// The file's next event, or EAGAIN when none is queued.
     pub fn get_event(&self) -> Result<rdma_ucm_event_resp> {
         let mut resp = rdma_ucm_event_resp::default();
         let c = rdma_ucm_get_event { response: addr_of(&mut resp) };
@@ -205,6 +211,15 @@ impl Ucma {
         };
         self.write(CMD_JOIN_MCAST, &c, size_of_val(&resp))?;
         Ok(resp.id)
+    }
+
+    /// MIGRATE_ID, written on this (the new) file: the id and its unread
+    /// events move here from the file `from`.
+    pub fn migrate_id(&self, id: u32, from: i32) -> Result<u32> {
+        let mut resp = rdma_ucm_migrate_resp::default();
+        let c = rdma_ucm_migrate_id { response: addr_of(&mut resp), id, fd: from as u32 };
+        self.write(CMD_MIGRATE_ID, &c, size_of_val(&resp))?;
+        Ok(resp.events_reported)
     }
 
     pub fn leave_mcast(&self, mc: u32) -> Result<u32> {

@@ -41,8 +41,21 @@ impl Flag {
 
     /// Whether the application set O_NONBLOCK on the fd it was handed.
     pub fn nonblocking(&self) -> bool {
-        // SAFETY: F_GETFL on an fd we own.
-        let fl = unsafe { libc::fcntl(self.raw(), libc::F_GETFL) };
-        fl >= 0 && fl & libc::O_NONBLOCK != 0
+        nonblocking(self.raw())
     }
+}
+
+/// Whether O_NONBLOCK is set on `fd`.
+pub fn nonblocking(fd: i32) -> bool {
+    // SAFETY: F_GETFL on an fd the caller owns.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// Blocks until `a` or `b` is readable (or a signal arrives: the caller
+/// re-checks either way).
+pub fn wait_readable(a: i32, b: i32) {
+    let mut p = [a, b].map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    // SAFETY: a live array of two pollfds.
+    unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
 }

@@ -1,0 +1,63 @@
+//! A kernel-CM event channel's own rdma_cm file, read in the caller's thread
+//! by rdma_get_cm_event (no hand-off between threads, as upstream). The fd the
+//! application gets is an epoll set of that file and the channel's flag, so
+//! poll() also sees the events the library queues itself (USER, addrinfo).
+
+use super::events;
+use super::ucma::Ucma;
+use crate::cm::channel::{Source, Take};
+use crate::cm::Channel;
+use crate::sys::{cerr, Errno, Result};
+use std::any::Any;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+pub struct KernelSource {
+    pub file: Arc<Ucma>,
+    epoll: OwnedFd,
+}
+
+impl KernelSource {
+    /// Opens a new rdma_cm file for a channel whose queue flag is `flag`.
+    pub fn open(flag: i32) -> Result<KernelSource> {
+        let file = Arc::new(Ucma::open()?);
+        // SAFETY: plain syscall; the result is checked.
+        let ep = cerr(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: ep was just returned by epoll_create1 and is owned by nobody else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        for fd in [file.raw(), flag] {
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+            // SAFETY: both fds are open; `ev` is a live epoll_event.
+            cerr(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        }
+        Ok(KernelSource { file, epoll })
+    }
+}
+
+impl Source for KernelSource {
+    fn public_fd(&self) -> i32 {
+        self.epoll.as_raw_fd()
+    }
+
+    fn wait_fd(&self) -> i32 {
+        self.file.raw()
+    }
+
+    fn take(&self, ch: &Arc<Channel>) -> Result<Take> {
+        match self.file.get_event() {
+            Ok(ev) => Ok(events::dispatch(&self.file, &ev, ch)),
+            Err(Errno::EAGAIN) => Ok(Take::Empty),
+            Err(e) if e.0 == libc::EINTR => Ok(Take::Again),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The rdma_cm file of a channel (None for a channel without one).
+pub fn file_of(ch: &Channel) -> Option<Arc<Ucma>> {
+    ch.source()?.as_any().downcast_ref::<KernelSource>().map(|s| s.file.clone())
+}
