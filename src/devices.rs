@@ -23,24 +23,12 @@ pub fn contexts() -> Result<Vec<*mut ibv_context>> {
     if list.is_null() {
         return Ok(Vec::new());
     }
-    let mut opened = lock(&OPENED);
     let mut out = Vec::new();
     for i in 0..n.max(0) as usize {
         // SAFETY: list holds n device pointers.
-        let dev = unsafe { *list.add(i) };
-        // SAFETY: a device from the list has a NUL-terminated name.
-        let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }.to_bytes().to_vec();
-        if let Some(o) = opened.iter().find(|o| o.name == name) {
-            out.push(o.ctx as *mut ibv_context);
-            continue;
+        if let Some(ctx) = open(unsafe { *list.add(i) }) {
+            out.push(ctx);
         }
-        // SAFETY: dev is a live device from the list.
-        let ctx = unsafe { ibv_open_device(dev) };
-        if ctx.is_null() {
-            continue; // unusable device (e.g. hidden in a container): skip it
-        }
-        opened.push(Opened { name, ctx: ctx as usize });
-        out.push(ctx);
     }
     // SAFETY: list came from ibv_get_device_list; opened contexts outlive it.
     unsafe { ibv_free_device_list(list) };
@@ -48,4 +36,22 @@ pub fn contexts() -> Result<Vec<*mut ibv_context>> {
         return Err(Errno::ENODEV);
     }
     Ok(out)
+}
+
+/// The context of a listed device, opened the first time (None: unusable,
+/// e.g. hidden in a container).
+pub fn open(dev: *mut ibv_device_opaque) -> Option<*mut ibv_context> {
+    let mut opened = lock(&OPENED);
+    // SAFETY: a live device from a device list has a NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }.to_bytes().to_vec();
+    if let Some(o) = opened.iter().find(|o| o.name == name) {
+        return Some(o.ctx as *mut ibv_context);
+    }
+    // SAFETY: dev is a live device from a list.
+    let ctx = unsafe { ibv_open_device(dev) };
+    if ctx.is_null() {
+        return None;
+    }
+    opened.push(Opened { name, ctx: ctx as usize });
+    Some(ctx)
 }

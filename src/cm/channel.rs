@@ -32,6 +32,8 @@ pub trait Source: Send + Sync {
     fn wait_fd(&self) -> i32;
     /// One event, without blocking.
     fn take(&self, ch: &Arc<Channel>) -> Result<Take>;
+    /// Whether the last `take` found nothing.
+    fn was_empty(&self) -> bool;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -89,19 +91,30 @@ impl Channel {
     /// Next event; blocks unless the application made the fd non-blocking.
     pub fn pop(self: &Arc<Self>) -> Result<Pending> {
         let Some(src) = &self.source else { return self.pop_queue() };
+        // A source that was empty last time is likely empty now: skip the
+        // read that would fail and go straight to the wait (one syscall less).
+        let mut tried_empty = src.was_empty();
         loop {
             if let Some(p) = self.try_pop() {
                 return Ok(p);
             }
-            match src.take(self)? {
-                Take::Here(p) => return Ok(p),
-                Take::Again => continue,
-                Take::Empty => {}
+            if !tried_empty {
+                match src.take(self)? {
+                    Take::Here(p) => return Ok(p),
+                    Take::Again => continue,
+                    Take::Empty => tried_empty = true,
+                }
+                continue;
             }
             if crate::sys::nonblocking(src.public_fd()) {
-                return Err(Errno::EAGAIN);
+                match src.take(self)? {
+                    Take::Here(p) => return Ok(p),
+                    Take::Again => continue,
+                    Take::Empty => return Err(Errno::EAGAIN),
+                }
             }
             crate::sys::wait_readable(src.wait_fd(), self.flag.raw());
+            tried_empty = false;
         }
     }
 

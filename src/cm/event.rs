@@ -114,6 +114,8 @@ impl EventBox {
 pub struct Acct {
     pub reported: u64,
     pub acked: u64,
+    /// Threads waiting for acks (destroy, migrate).
+    pub waiting: u32,
 }
 
 impl Acct {

@@ -73,8 +73,13 @@ impl IdCore {
     }
 
     pub(crate) fn acked(&self) {
-        self.state().acct.acked += 1;
-        self.cond.notify_all();
+        let mut st = self.state();
+        st.acct.acked += 1;
+        // Only destroy and migrate wait here: an ack with nobody waiting
+        // (nearly every ack) makes no wake-up syscall.
+        if st.acct.waiting > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// Runs `f` on the public struct. The struct lives while `alive` is set,
@@ -151,7 +156,9 @@ impl IdCore {
     fn wait_acked(&self) {
         let mut st = self.state();
         while st.acct.outstanding() > 0 {
+            st.acct.waiting += 1;
             st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.acct.waiting -= 1;
         }
     }
 

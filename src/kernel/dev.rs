@@ -97,38 +97,50 @@ fn make(ctx: *mut ibv_context) -> Result<Dev> {
     })
 }
 
+/// A device of the list read when the CM starts (upstream's ucma_init), with
+/// the GUID and index the kernel will name it by. The list is kept, so the
+/// device pointers stay valid.
+struct Listed {
+    dev: usize,
+    guid: u64,
+    index: i32,
+}
+
+static LISTED: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
+
+/// Reads the device list (again); whether it has any device.
+pub fn scan() -> bool {
+    let mut n = 0;
+    // SAFETY: plain call; the list is kept (see `Listed`).
+    let list = unsafe { crate::verbs::ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return false;
+    }
+    let mut listed = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: the list holds n live device pointers.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: a live device from the list.
+        let (guid, index) = unsafe { (ibv_get_device_guid(d), ibv_get_device_index(d.cast())) };
+        listed.push(Listed { dev: d as usize, guid, index });
+    }
+    *lock(&LISTED) = listed;
+    n > 0
+}
+
 /// The device the kernel names by (node GUID, device index).
 pub fn find(guid: u64, index: u32) -> Result<&'static Dev> {
     let mut devs = lock(&DEVS);
     if let Some(d) = devs.iter().find(|d| matches(guid, index, d.guid, d.index)) {
         return Ok(d);
     }
-    // A device we have not set up yet (or one plugged in since): re-read the list.
-    for ctx in crate::devices::contexts()? {
-        if devs.iter().any(|d| d.ctx == ctx as usize) {
-            continue;
-        }
-        // SAFETY: ctx is an open device context from the device list.
-        let (g, i) = unsafe { (ibv_get_device_guid((*ctx).device.cast()), ibv_get_device_index((*ctx).device)) };
-        if matches(guid, index, g, i) {
-            let d: &'static Dev = Box::leak(Box::new(make(ctx)?));
-            devs.push(d);
-            return Ok(d);
-        }
-    }
-    Err(Errno::ENODEV)
-}
-
-/// Whether libibverbs sees any device at all (upstream fails with ENODEV otherwise).
-pub fn any() -> bool {
-    let mut n = 0;
-    // SAFETY: plain call; the list is freed right away.
-    let list = unsafe { crate::verbs::ibv_get_device_list(&mut n) };
-    if !list.is_null() {
-        // SAFETY: a list from ibv_get_device_list.
-        unsafe { crate::verbs::ibv_free_device_list(list) };
-    }
-    !list.is_null() && n > 0
+    let listed = || lock(&LISTED).iter().find(|l| matches(guid, index, l.guid, l.index)).map(|l| l.dev);
+    // A device plugged in since the scan: read the list again.
+    let dev = listed().or_else(|| if scan() { listed() } else { None }).ok_or(Errno::ENODEV)?;
+    let ctx = crate::devices::open(dev as *mut crate::verbs::ibv_device_opaque).ok_or(Errno::ENODEV)?;
+    let d: &'static Dev = Box::leak(Box::new(make(ctx)?));
+    devs.push(d);
+    Ok(d)
 }
 
 #[cfg(test)]

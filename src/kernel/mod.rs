@@ -46,7 +46,7 @@ fn has_device() -> bool {
     if SEEN.load(Ordering::Relaxed) {
         return true;
     }
-    let yes = dev::any();
+    let yes = dev::scan();
     SEEN.store(yes, Ordering::Relaxed);
     yes
 }

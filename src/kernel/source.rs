@@ -10,11 +10,13 @@ use crate::cm::Channel;
 use crate::sys::{cerr, Errno, Result};
 use std::any::Any;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub struct KernelSource {
     pub file: Arc<Ucma>,
     epoll: OwnedFd,
+    empty: AtomicBool,
 }
 
 impl KernelSource {
@@ -30,7 +32,7 @@ impl KernelSource {
             // SAFETY: both fds are open; `ev` is a live epoll_event.
             cerr(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
         }
-        Ok(KernelSource { file, epoll })
+        Ok(KernelSource { file, epoll, empty: AtomicBool::new(true) })
     }
 }
 
@@ -44,12 +46,18 @@ impl Source for KernelSource {
     }
 
     fn take(&self, ch: &Arc<Channel>) -> Result<Take> {
-        match self.file.get_event() {
+        let r = self.file.get_event();
+        self.empty.store(r.is_err(), Ordering::Relaxed);
+        match r {
             Ok(ev) => Ok(events::dispatch(&self.file, &ev, ch)),
             Err(Errno::EAGAIN) => Ok(Take::Empty),
             Err(e) if e.0 == libc::EINTR => Ok(Take::Again),
             Err(e) => Err(e),
         }
+    }
+
+    fn was_empty(&self) -> bool {
+        self.empty.load(Ordering::Relaxed)
     }
 
     fn as_any(&self) -> &dyn Any {
