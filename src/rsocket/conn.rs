@@ -638,16 +638,16 @@ impl Conn {
     /// messages, returns send resources, reposts receives.
     pub fn process_cq(&mut self) -> Result<Found> {
         let mut f = Found::default();
-        // SAFETY: all-zero is a valid work completion.
-        let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 32];
         let mut reposts = 0;
         loop {
-            let n = self.cq.poll(&mut wcs)?;
+            let got = self.cq.poll(&mut wcs)?;
+            let n = got.len();
             if n == 0 {
                 break;
             }
             f.any = true;
-            for wc in &wcs[..n] {
+            for wc in got {
                 if wc.wr_id & WR_RECV != 0 {
                     if wc.status != IBV_WC_SUCCESS {
                         f.recv_flush = true;

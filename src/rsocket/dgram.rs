@@ -396,16 +396,15 @@ impl DSt {
     /// Polls every QP's CQ: queues received datagrams, frees send slots.
     fn progress(&mut self) -> bool {
         let mut any = false;
-        // SAFETY: all-zero is a valid work completion.
-        let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 32];
         for qi in 0..self.qps.len() {
             loop {
-                let n = self.qps[qi].cq.poll(&mut wcs).unwrap_or(0);
-                if n == 0 {
+                let got = self.qps[qi].cq.poll(&mut wcs).unwrap_or(&[]);
+                if got.is_empty() {
                     break;
                 }
                 any = true;
-                for wc in &wcs[..n] {
+                for wc in got {
                     let slot = (wc.wr_id & 0xFFFF_FFFF) as usize;
                     if wc.wr_id & WR_RECV != 0 {
                         if wc.status == IBV_WC_SUCCESS && wc.byte_len as usize > GRH_LEN {

@@ -31,7 +31,7 @@ pub mod wire;
 use crate::sys::{Errno, Result};
 use dgram::Dgram;
 use iov::{Gather, Scatter, Seg};
-use std::collections::HashMap;
+use crate::cm::registry::KeyMap;
 use std::sync::{Arc, LazyLock, RwLock};
 use stream::Stream;
 
@@ -52,7 +52,8 @@ impl Sock {
     }
 }
 
-static TABLE: LazyLock<RwLock<HashMap<i32, Sock>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+// Looked up on every call: the library's cheap hasher (numbers nobody can choose to collide).
+static TABLE: LazyLock<RwLock<KeyMap<i32, Sock>>> = LazyLock::new(|| RwLock::new(KeyMap::default()));
 
 /// The rsocket behind a number, if it is one.
 pub fn get(fd: i32) -> Option<Sock> {

@@ -83,6 +83,8 @@ pub struct St {
     /// The CM channel had an event at the last sleep (read it at the next progress).
     pub cm_pending: bool,
     last_cm_check: Instant,
+    /// Progress passes left before the clock is read for the CM check.
+    cm_check_in: u32,
     /// Bumped on every state change (repoll's edge-triggered mode).
     pub gen: u64,
     pub last_send: Instant,
@@ -98,6 +100,7 @@ pub struct Stream {
 
 /// How often a connected rsocket looks at its CM channel without sleeping.
 const CM_CHECK_EVERY: Duration = Duration::from_millis(100);
+const CM_CHECK_PASSES: u32 = 16;
 
 /// Whether `fd` is readable right now.
 fn readable_now(fd: i32) -> bool {
@@ -264,6 +267,17 @@ impl St {
         Ok(())
     }
 
+    /// Whether CM_CHECK_EVERY has passed; the clock is read once per
+    /// CM_CHECK_PASSES calls (busy loops call this constantly).
+    fn cm_check_due(&mut self) -> bool {
+        self.cm_check_in = self.cm_check_in.saturating_sub(1);
+        if self.cm_check_in > 0 {
+            return false;
+        }
+        self.cm_check_in = CM_CHECK_PASSES;
+        self.last_cm_check.elapsed() >= CM_CHECK_EVERY
+    }
+
     /// Non-blocking progress: CM events of a connected rsocket, completions,
     /// credits. Returns whether anything changed.
     pub fn progress(&mut self) -> bool {
@@ -273,7 +287,7 @@ impl St {
             let _ = self.do_connect();
             changed |= self.phase != before;
         }
-        if self.phase.connected() && !self.cm_pending && self.last_cm_check.elapsed() >= CM_CHECK_EVERY {
+        if self.phase.connected() && !self.cm_pending && self.cm_check_due() {
             // A caller that never sleeps (busy non-blocking loops) still
             // learns of a disconnect the CM reported.
             self.last_cm_check = Instant::now();
@@ -422,6 +436,7 @@ impl Stream {
                 cond_waiters: 0,
                 cm_pending: true,
                 last_cm_check: Instant::now(),
+                cm_check_in: CM_CHECK_PASSES,
                 gen: 0,
                 last_send: Instant::now(),
             }),
@@ -482,7 +497,9 @@ impl Stream {
             if !spun && cfg.polling_time_us > 0 && st.conn.is_some() {
                 spun = true;
                 let until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
-                while Instant::now() < until {
+                let mut i = 0u32;
+                while i % 8 != 0 || Instant::now() < until {
+                    i = i.wrapping_add(1);
                     self.progress(&mut st);
                     if ready(&st) {
                         return Ok(st);

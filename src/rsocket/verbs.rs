@@ -11,6 +11,7 @@ use crate::sys::{cerr, Errno, Result};
 use crate::verbs::*;
 use rdma_abi::verbs::*;
 use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
 
 #[link(name = "ibverbs")]
 extern "C" {
@@ -150,17 +151,22 @@ impl Cq {
     }
 
     /// Polls up to `wc.len()` completions.
-    pub fn poll(&self, wc: &mut [ibv_wc]) -> Result<usize> {
+    /// Polls up to `wc.len()` completions; the first n returned are filled.
+    /// The array need not be initialised (busy-polling loops call this
+    /// constantly; zeroing 32 completions each time showed in profiles).
+    pub fn poll<'w>(&self, wc: &'w mut [MaybeUninit<ibv_wc>]) -> Result<&'w [ibv_wc]> {
         // SAFETY: a CQ created by verbs; its context's ops carry poll_cq; the
-        // array is writable for its length.
+        // array is writable for its length (the provider only writes).
         let n = unsafe {
             let f = (*(*self.cq).context).ops.poll_cq.ok_or(Errno::ENOSYS)?;
-            f(self.cq, wc.len() as c_int, wc.as_mut_ptr())
+            f(self.cq, wc.len() as c_int, wc.as_mut_ptr().cast())
         };
         if n < 0 {
             return Err(Errno(libc::EIO));
         }
-        Ok(n as usize)
+        let n = (n as usize).min(wc.len());
+        // SAFETY: poll_cq filled the first n entries.
+        Ok(unsafe { std::slice::from_raw_parts(wc.as_ptr().cast(), n) })
     }
 
     /// Requests an event for the next completion (once per event).
