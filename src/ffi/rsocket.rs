@@ -2,7 +2,7 @@
 //! C arguments and calls `crate::rsocket`, which holds the logic. rpoll,
 //! rselect and repoll_* take rsockets and ordinary fds alike.
 
-use crate::rsocket::{self, iov::Seg};
+use crate::rsocket::{self, iov::Seg, iov::Segs};
 use crate::sys::{set_errno, Errno, Result};
 use libc::{c_int, c_long, c_void, iovec, msghdr, nfds_t, off_t, pollfd, sockaddr, socklen_t};
 
@@ -42,11 +42,11 @@ unsafe fn addr_out(addr: *mut sockaddr, len: *mut socklen_t, bytes: &[u8]) -> Re
     Ok(())
 }
 
-fn one(buf: *const c_void, len: usize) -> Result<Vec<Seg>> {
+fn one(buf: *const c_void, len: usize) -> Result<Segs> {
     if len > 0 && buf.is_null() {
         return Err(Errno(libc::EFAULT));
     }
-    Ok(vec![Seg { ptr: buf as *mut u8, len }])
+    Ok(Segs::One([Seg { ptr: buf as *mut u8, len }]))
 }
 
 // Every rsocket call is implemented now; `stub!` (ENOSYS) stays available

@@ -546,7 +546,7 @@ impl Conn {
             }];
             return self.post_msg_write(pool, &mut s, false, 0, m, raddr, rkey);
         }
-        let mut g = Gather::new(vec![super::iov::Seg { ptr: data.as_ptr() as *mut u8, len: data.len() }]);
+        let mut g = Gather::new(super::iov::Segs::One([super::iov::Seg { ptr: data.as_ptr() as *mut u8, len: data.len() }]));
         let mut stack = [0u8; MAX_INLINE as usize];
         // SAFETY: stack lives until the post returns; `data` is readable.
         let (mut sges, inline, bytes) = unsafe { self.stage(&mut g, data.len(), &mut stack) };

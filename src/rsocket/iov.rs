@@ -10,16 +10,33 @@ pub struct Seg {
     pub len: usize,
 }
 
+/// The caller's segments: one held inline (rsend, rrecv, rread, rwrite: no
+/// allocation per call) or a list (the iovec calls).
+pub enum Segs {
+    One([Seg; 1]),
+    Many(Vec<Seg>),
+}
+
+impl std::ops::Deref for Segs {
+    type Target = [Seg];
+    fn deref(&self) -> &[Seg] {
+        match self {
+            Segs::One(a) => a,
+            Segs::Many(v) => v,
+        }
+    }
+}
+
 /// Copies out of a list of segments, front to back.
 pub struct Gather {
-    segs: Vec<Seg>,
+    segs: Segs,
     i: usize,
     off: usize,
     left: usize,
 }
 
 impl Gather {
-    pub fn new(segs: Vec<Seg>) -> Gather {
+    pub fn new(segs: Segs) -> Gather {
         let left = segs.iter().map(|s| s.len).sum();
         Gather { segs, i: 0, off: 0, left }
     }
@@ -81,14 +98,14 @@ impl Gather {
 
 /// Copies into a list of segments, front to back.
 pub struct Scatter {
-    segs: Vec<Seg>,
+    segs: Segs,
     i: usize,
     off: usize,
     pub room: usize,
 }
 
 impl Scatter {
-    pub fn new(segs: Vec<Seg>) -> Scatter {
+    pub fn new(segs: Segs) -> Scatter {
         let room = segs.iter().map(|s| s.len).sum();
         Scatter { segs, i: 0, off: 0, room }
     }
@@ -119,12 +136,12 @@ impl Scatter {
 ///
 /// # Safety
 /// `iov` is NULL with `cnt` 0, or points to `cnt` iovecs.
-pub unsafe fn segs(iov: *const libc::iovec, cnt: i32) -> Result<Vec<Seg>> {
+pub unsafe fn segs(iov: *const libc::iovec, cnt: i32) -> Result<Segs> {
     if !(0..=1024).contains(&cnt) || (cnt > 0 && iov.is_null()) {
         return Err(Errno::EINVAL);
     }
     if cnt == 0 {
-        return Ok(Vec::new());
+        return Ok(Segs::Many(Vec::new()));
     }
     // SAFETY: per the contract.
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
@@ -140,5 +157,5 @@ pub unsafe fn segs(iov: *const libc::iovec, cnt: i32) -> Result<Vec<Seg>> {
     if total > isize::MAX as usize {
         return Err(Errno::EINVAL);
     }
-    Ok(out)
+    Ok(Segs::Many(out))
 }

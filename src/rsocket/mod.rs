@@ -30,7 +30,7 @@ pub mod wire;
 
 use crate::sys::{Errno, Result};
 use dgram::Dgram;
-use iov::{Gather, Scatter, Seg};
+use iov::{Gather, Scatter, Segs};
 use crate::cm::registry::KeyMap;
 use std::sync::{Arc, LazyLock, RwLock};
 use stream::Stream;
@@ -192,7 +192,7 @@ pub fn close(fd: i32) -> Result<()> {
 }
 
 /// rsend/rsendto/rsendmsg/rwrite/rwritev.
-pub fn send(fd: i32, segs: Vec<Seg>, flags: i32, dest: Option<&[u8]>) -> Result<usize> {
+pub fn send(fd: i32, segs: Segs, flags: i32, dest: Option<&[u8]>) -> Result<usize> {
     let mut g = Gather::new(segs);
     match sock(fd)? {
         Sock::Stream(s) => s.send(&mut g, flags),
@@ -201,7 +201,7 @@ pub fn send(fd: i32, segs: Vec<Seg>, flags: i32, dest: Option<&[u8]>) -> Result<
 }
 
 /// rrecv/rrecvfrom/rrecvmsg/rread/rreadv: bytes and, for datagrams, the source.
-pub fn recv(fd: i32, segs: Vec<Seg>, flags: i32) -> Result<(usize, Option<Vec<u8>>)> {
+pub fn recv(fd: i32, segs: Segs, flags: i32) -> Result<(usize, Option<Vec<u8>>)> {
     let mut sc = Scatter::new(segs);
     match sock(fd)? {
         Sock::Stream(s) => Ok((s.recv(&mut sc, flags)?, None)),
@@ -274,7 +274,7 @@ pub fn riounmap(fd: i32, buf: *mut u8, len: usize) -> Result<()> {
     stream_of(fd)?.riounmap(buf, len)
 }
 
-pub fn riowrite(fd: i32, segs: Vec<Seg>, offset: i64, flags: i32) -> Result<usize> {
+pub fn riowrite(fd: i32, segs: Segs, offset: i64, flags: i32) -> Result<usize> {
     let mut g = Gather::new(segs);
     stream_of(fd)?.riowrite(&mut g, offset, flags)
 }

@@ -34,7 +34,7 @@ one() {
 for r in $(seq "$ROUNDS"); do
 	for lib in debian ours; do
 		one bw $lib "-S 65536 -C 2000"
-		one lat $lib "-S 64 -I 2000 -C 1"
+		one lat $lib "-S 64 -I 10000 -C 1"
 	done
 done
 
@@ -45,7 +45,7 @@ def vals(s): return [float(x) for x in s.split()]
 print(f"rstream on rxe, {rounds} rounds each, alternating; us per transfer (median), ratio ours/Debian")
 print(f"{'test':<34}{'Debian':>10}{'ours':>10}{'min':>7}{'median':>8}{'max':>7}")
 for name, c, o in (("64 KiB transfers (-S 65536 -C 2000)", sys.argv[2], sys.argv[3]),
-                   ("64 B ping-pong (-S 64 -I 2000)", sys.argv[4], sys.argv[5])):
+                   ("64 B ping-pong (-S 64 -I 10000)", sys.argv[4], sys.argv[5])):
     c, o = vals(c), vals(o)
     if not c or not o:
         print(f"{name:<34}{'n/a':>10}{'n/a':>10}"); continue
