@@ -77,9 +77,9 @@ pub fn device() -> Result<&'static dyn Backend> {
     }
 }
 
-/// Sets up the kernel CM (device scan, rdma_cm file, reader thread) where
-/// upstream does (ucma_init in rdma_create_event_channel and rdma_create_id),
-/// so the first device call does not carry it. Never fails: without a device
+/// Sets up the kernel CM (the device scan) where upstream does (ucma_init in
+/// rdma_create_event_channel and rdma_create_id), so the first device call
+/// does not carry it. Never fails: without a device
 /// the channel or id is still made, and device calls report ENODEV.
 pub fn prepare() {
     if kind() == Kind::Kernel {
