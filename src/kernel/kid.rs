@@ -214,6 +214,7 @@ impl KId {
         if !Arc::ptr_eq(&file, &st.file) {
             file.migrate_id(h, st.file.raw())?;
             st.file = file;
+            super::source::rearm(to);
         }
         Ok(())
     }

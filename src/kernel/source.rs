@@ -65,6 +65,25 @@ impl Source for KernelSource {
     }
 }
 
+impl KernelSource {
+    /// Makes the epoll set look at the file again. MIGRATE_ID moves events
+    /// into a file without waking its pollers, so the set (which learns of
+    /// readiness only through wake-ups) would not report them.
+    fn rearm(&self) {
+        let fd = self.file.raw();
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: the file is in our epoll set; `ev` is a live epoll_event.
+        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    }
+}
+
+/// After ids moved into `ch`'s file: its fd reports their events.
+pub fn rearm(ch: &Channel) {
+    if let Some(s) = ch.source().and_then(|s| s.as_any().downcast_ref::<KernelSource>()) {
+        s.rearm();
+    }
+}
+
 /// The rdma_cm file of a channel (None for a channel without one).
 pub fn file_of(ch: &Channel) -> Option<Arc<Ucma>> {
     ch.source()?.as_any().downcast_ref::<KernelSource>().map(|s| s.file.clone())
