@@ -58,8 +58,13 @@ static CHANNELS: LazyLock<Table<Arc<Channel>>> = LazyLock::new(Table::new);
 
 impl Channel {
     pub fn new() -> Result<Arc<Channel>> {
+        Self::with_source(crate::backend::channel_source)
+    }
+
+    /// A channel whose source (if any) `make` builds around the queue's flag fd.
+    pub fn with_source(make: impl FnOnce(i32) -> Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
         let flag = Flag::new()?;
-        let source = crate::backend::channel_source(flag.raw());
+        let source = make(flag.raw());
         Ok(Arc::new(Channel {
             flag,
             source,

@@ -13,4 +13,6 @@ pub use event::{EventBox, Pending};
 pub use id::{IdBox, IdCore};
 
 #[cfg(test)]
+mod source_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,147 @@
+//! `Channel::pop` on a channel with a source (what the kernel CM's channels
+//! are), driven by a pipe: each byte written is one source event ('a': an
+//! event that went elsewhere, so pop must read again).
+
+use super::channel::{Source, Take};
+use super::event::Param;
+use super::*;
+use crate::sys::{cerr, Errno, Result};
+use rdma_abi::cma::*;
+use std::any::Any;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct PipeSource {
+    rd: OwnedFd,
+    /// Kept open for the test's writes (`Rig::wr`).
+    _wr: OwnedFd,
+    /// Stands for the fd the application is given (its O_NONBLOCK counts).
+    public: OwnedFd,
+    owner: Arc<IdCore>,
+    empty: AtomicBool,
+}
+
+impl Source for PipeSource {
+    fn public_fd(&self) -> i32 {
+        self.public.as_raw_fd()
+    }
+    fn wait_fd(&self) -> i32 {
+        self.rd.as_raw_fd()
+    }
+    fn take(&self, _ch: &Arc<Channel>) -> Result<Take> {
+        let mut b = 0u8;
+        // SAFETY: reads one byte into a live u8 from our non-blocking pipe.
+        let n = unsafe { libc::read(self.rd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
+        self.empty.store(n != 1, Ordering::Relaxed);
+        Ok(match (n, b) {
+            (1, b'a') => Take::Again,
+            (1, b) => Take::Here(self.owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(b as u64))),
+            _ => Take::Empty,
+        })
+    }
+    fn was_empty(&self) -> bool {
+        self.empty.load(Ordering::Relaxed)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct Rig {
+    ch: Arc<Channel>,
+    wr: i32,
+    public: i32,
+    id: *mut rdma_cm_id,
+    plain: *mut rdma_event_channel,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let plain = ChannelBox::create().unwrap();
+        let id = IdBox::create(plain, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+        let owner = IdBox::lookup(id).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: a live array of two fds.
+        cerr(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }).unwrap();
+        // SAFETY: fresh fds owned by nobody else.
+        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: plain syscall, checked.
+        let public = unsafe { OwnedFd::from_raw_fd(cerr(libc::eventfd(0, libc::EFD_CLOEXEC)).unwrap()) };
+        let (wr_raw, public_raw) = (wr.as_raw_fd(), public.as_raw_fd());
+        let src = PipeSource { rd, _wr: wr, public, owner, empty: AtomicBool::new(true) };
+        let ch = Channel::with_source(|_| Some(Box::new(src) as Box<dyn Source>)).unwrap();
+        Rig { ch, wr: wr_raw, public: public_raw, id, plain }
+    }
+
+    fn feed(&self, bytes: &[u8]) {
+        // SAFETY: writes from a live slice to our pipe.
+        assert_eq!(unsafe { libc::write(self.wr, bytes.as_ptr().cast(), bytes.len()) }, bytes.len() as isize);
+    }
+
+    /// The arg of the next event (acked at once).
+    fn pop_arg(&self) -> std::result::Result<u64, Errno> {
+        let ev = EventBox::deliver(self.ch.pop()?);
+        // SAFETY: the event just delivered; USER events carry `arg`.
+        let arg = unsafe { (*ev).param.arg };
+        EventBox::ack(ev).unwrap();
+        Ok(arg)
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        IdBox::destroy(self.id).unwrap();
+        ChannelBox::destroy(self.plain).unwrap();
+    }
+}
+
+fn nonblocking(fd: i32) {
+    // SAFETY: fcntl on a live fd of ours.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+}
+
+#[test]
+fn queued_events_come_before_the_source_and_again_is_read_past() {
+    let r = Rig::new();
+    r.feed(b"a7");
+    let owner = IdBox::lookup(r.id).unwrap();
+    r.ch.push(owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(1)));
+    assert_eq!(r.pop_arg(), Ok(1), "the queue first");
+    assert_eq!(r.pop_arg(), Ok(b'7' as u64), "then the source, past the event that went elsewhere");
+}
+
+#[test]
+fn non_blocking_follows_the_public_fd() {
+    let r = Rig::new();
+    nonblocking(r.public);
+    assert_eq!(r.pop_arg(), Err(Errno::EAGAIN), "empty source, nothing queued");
+    r.feed(b"x");
+    assert_eq!(r.pop_arg(), Ok(b'x' as u64), "a source that was empty last time is read before EAGAIN");
+    assert_eq!(r.pop_arg(), Err(Errno::EAGAIN));
+}
+
+#[test]
+fn blocking_pop_wakes_for_the_source_and_for_the_queue() {
+    let r = Rig::new();
+    let wr = r.wr;
+    let t0 = Instant::now();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: one byte from a live buffer to the pipe (alive until the Rig drops, after join).
+        unsafe { libc::write(wr, b"s".as_ptr().cast(), 1) };
+    });
+    assert_eq!(r.pop_arg(), Ok(b's' as u64));
+    assert!(t0.elapsed() >= Duration::from_millis(90), "it waited for the byte");
+    t.join().unwrap();
+
+    let ch = r.ch.clone();
+    let owner = IdBox::lookup(r.id).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        ch.push(owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(2)));
+    });
+    assert_eq!(r.pop_arg(), Ok(2), "a queued event wakes a pop waiting on the source");
+    t.join().unwrap();
+}
