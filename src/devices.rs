@@ -25,8 +25,8 @@ pub fn contexts() -> Result<Vec<*mut ibv_context>> {
     }
     let mut out = Vec::new();
     for i in 0..n.max(0) as usize {
-        // SAFETY: list holds n device pointers.
-        if let Some(ctx) = open(unsafe { *list.add(i) }) {
+        // SAFETY: list holds n live device pointers; it is freed after the loop.
+        if let Some(ctx) = unsafe { open(*list.add(i)) } {
             out.push(ctx);
         }
     }
@@ -40,9 +40,12 @@ pub fn contexts() -> Result<Vec<*mut ibv_context>> {
 
 /// The context of a listed device, opened the first time (None: unusable,
 /// e.g. hidden in a container).
-pub fn open(dev: *mut ibv_device_opaque) -> Option<*mut ibv_context> {
+///
+/// # Safety
+/// `dev` is a live device of a device list that has not been freed.
+pub unsafe fn open(dev: *mut ibv_device_opaque) -> Option<*mut ibv_context> {
     let mut opened = lock(&OPENED);
-    // SAFETY: a live device from a device list has a NUL-terminated name.
+    // SAFETY: per the contract, a live device has a NUL-terminated name.
     let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }.to_bytes().to_vec();
     if let Some(o) = opened.iter().find(|o| o.name == name) {
         return Some(o.ctx as *mut ibv_context);

@@ -46,7 +46,10 @@ fn destroy_cqs(list: &[(usize, usize)]) {
 }
 
 /// Moves `qp` to `state` with the attributes the backend gives for this id.
-pub fn modify_to(id: &Arc<crate::cm::IdCore>, qp: *mut ibv_qp, state: u32) -> Result<()> {
+///
+/// # Safety
+/// `qp` is a live QP (of `id`).
+pub unsafe fn modify_to(id: &Arc<crate::cm::IdCore>, qp: *mut ibv_qp, state: u32) -> Result<()> {
     let b = backend::device()?;
     // SAFETY: all-zero is a valid ibv_qp_attr.
     let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -61,7 +64,10 @@ pub fn modify_to(id: &Arc<crate::cm::IdCore>, qp: *mut ibv_qp, state: u32) -> Re
 }
 
 /// Moves `qp` to the error state (flushing its work requests).
-pub fn to_error(qp: *mut ibv_qp) {
+///
+/// # Safety
+/// `qp` is a live QP.
+pub unsafe fn to_error(qp: *mut ibv_qp) {
     // SAFETY: all-zero is a valid ibv_qp_attr.
     let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
     attr.qp_state = IBV_QPS_ERR;
@@ -114,7 +120,8 @@ pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr)
     let steps: &[u32] = if ud { &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] } else { &[IBV_QPS_INIT] };
     let _ = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB;
     for &s in steps {
-        if let Err(e) = modify_to(&core, qp, s) {
+        // SAFETY: the QP we just made.
+        if let Err(e) = unsafe { modify_to(&core, qp, s) } {
             // SAFETY: the QP we just made.
             unsafe { ibv_destroy_qp(qp) };
             destroy_cqs(&made);
@@ -193,7 +200,10 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
 }
 
 /// rdma_create_srq: an SRQ on the id's (or the given) PD.
-pub fn create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> Result<()> {
+///
+/// # Safety
+/// `pd` is NULL or a live PD; `attr` points to a writable ibv_srq_init_attr.
+pub unsafe fn create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> Result<()> {
     let core = IdBox::lookup(id)?;
     backend::device()?;
     let id_pd = core.with_public(|p| p.pd)?;

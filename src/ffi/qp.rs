@@ -39,7 +39,8 @@ entry! {
     fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> i32 {
         IdBox::lookup(id)?;
         non_null(attr)?;
-        qp::create_srq(id, pd, attr).map(|()| 0)
+        // SAFETY: attr checked non-NULL (the caller's block); pd is the caller's PD or NULL.
+        unsafe { qp::create_srq(id, pd, attr) }.map(|()| 0)
     }
 }
 

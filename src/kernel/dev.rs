@@ -137,7 +137,8 @@ pub fn find(guid: u64, index: u32) -> Result<&'static Dev> {
     let listed = || lock(&LISTED).iter().find(|l| matches(guid, index, l.guid, l.index)).map(|l| l.dev);
     // A device plugged in since the scan: read the list again.
     let dev = listed().or_else(|| if scan() { listed() } else { None }).ok_or(Errno::ENODEV)?;
-    let ctx = crate::devices::open(dev as *mut crate::verbs::ibv_device_opaque).ok_or(Errno::ENODEV)?;
+    // SAFETY: a device of the kept list (LISTED's list is never freed).
+    let ctx = unsafe { crate::devices::open(dev as *mut crate::verbs::ibv_device_opaque) }.ok_or(Errno::ENODEV)?;
     let d: &'static Dev = Box::leak(Box::new(make(ctx)?));
     devs.push(d);
     Ok(d)

@@ -94,7 +94,7 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
         }
         // The clock is read every 8th pass: the scan itself is short.
         spins = spins.wrapping_add(1);
-        if spins % 8 != 0 || Instant::now() < spin_until {
+        if !spins.is_multiple_of(8) || Instant::now() < spin_until {
             std::hint::spin_loop();
             continue;
         }

@@ -498,7 +498,7 @@ impl Stream {
                 spun = true;
                 let until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
                 let mut i = 0u32;
-                while i % 8 != 0 || Instant::now() < until {
+                while !i.is_multiple_of(8) || Instant::now() < until {
                     i = i.wrapping_add(1);
                     self.progress(&mut st);
                     if ready(&st) {

@@ -50,7 +50,7 @@ pub fn is_roce(verbs: *mut ibv_context, port: u8) -> bool {
     // SAFETY: an open device context and a writable attribute block.
     !verbs.is_null()
         && unsafe { ibv_query_port(verbs, port.max(1), &mut a) } == 0
-        && a.link_layer == IBV_LINK_LAYER_ETHERNET as u8
+        && a.link_layer == IBV_LINK_LAYER_ETHERNET
 }
 
 fn device_attr(verbs: *mut ibv_context) -> Option<ibv_device_attr> {

@@ -103,7 +103,8 @@ fn add_peer(gid: &[u8; 16], qpn: u32, endpoint: Option<SocketAddr>) -> Result<()
 
 fn modify(s: &SoftId, qp: *mut ibv_qp, states: &[u32]) -> Result<()> {
     for &st in states {
-        crate::qp::modify_to(&s.core, qp, st)?;
+        // SAFETY: the id's live QP (callers take it from the id just before).
+        unsafe { crate::qp::modify_to(&s.core, qp, st) }?;
     }
     Ok(())
 }
@@ -111,7 +112,8 @@ fn modify(s: &SoftId, qp: *mut ibv_qp, states: &[u32]) -> Result<()> {
 fn error_qp(s: &SoftId) {
     let qp = s.qp();
     if !qp.is_null() {
-        crate::qp::to_error(qp);
+        // SAFETY: the id's live QP.
+        unsafe { crate::qp::to_error(qp) };
     }
 }
 
@@ -246,7 +248,8 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
         let peer = s.st().peer.clone();
         let r = add_peer(&peer.gid, peer.qpn, peer.endpoint).and_then(|()| modify(s, qp, &[IBV_QPS_RTR, IBV_QPS_RTS]));
         if let Err(e) = r {
-            crate::qp::to_error(qp);
+            // SAFETY: the id's live QP (non-NULL, checked above).
+            unsafe { crate::qp::to_error(qp) };
             return Err(e);
         }
     }
@@ -501,7 +504,8 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                     s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, true), data, false);
                 }
                 Err(e) => {
-                    crate::qp::to_error(qp);
+                    // SAFETY: the id's live QP.
+                    unsafe { crate::qp::to_error(qp) };
                     let mut rej = Msg::new(Kind::Rej);
                     rej.status = REJ_CONSUMER;
                     let _ = send(s, &rej);
