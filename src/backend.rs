@@ -96,9 +96,9 @@ pub fn created(id: &Arc<IdCore>) {
 
 /// Where a new channel's events come from besides its queue: the kernel CM
 /// gives each channel its own rdma_cm file (None: no device, or another backend).
-pub fn channel_source(flag: i32) -> Option<Box<dyn crate::cm::channel::Source>> {
+pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
     match kind() {
-        Kind::Kernel => crate::kernel::channel_source(flag),
+        Kind::Kernel => crate::kernel::channel_source(),
         _ => None,
     }
 }

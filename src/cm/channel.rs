@@ -11,7 +11,7 @@ use rdma_abi::cma::rdma_event_channel;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
 
 /// What reading a channel's source gave.
 pub enum Take {
@@ -25,11 +25,11 @@ pub enum Take {
 
 /// Events that come from outside the library's queues.
 pub trait Source: Send + Sync {
-    /// The fd the application is given: readable while the source or the
-    /// channel's queue has an event.
+    /// The fd the application is given: readable while the source, or the
+    /// queue flag handed to `watch`, has an event.
     fn public_fd(&self) -> i32;
-    /// The fd that becomes readable when the source has an event.
-    fn wait_fd(&self) -> i32;
+    /// From now on the public fd also reports `flag` (the channel's queue).
+    fn watch(&self, flag: i32) -> Result<()>;
     /// One event, without blocking.
     fn take(&self, ch: &Arc<Channel>) -> Result<Take>;
     /// Whether the last `take` found nothing.
@@ -38,7 +38,11 @@ pub trait Source: Send + Sync {
 }
 
 pub struct Channel {
-    flag: Flag,
+    /// Raised while the queue holds events. A channel without a source is
+    /// this fd; a channel with one makes it for its first queued event (most
+    /// kernel channels never queue one: one fd less each) and has the source
+    /// watch it.
+    flag: OnceLock<Flag>,
     source: Option<Box<dyn Source>>,
     queue: Mutex<VecDeque<Pending>>,
     cond: Condvar,
@@ -61,10 +65,13 @@ impl Channel {
         Self::with_source(crate::backend::channel_source)
     }
 
-    /// A channel whose source (if any) `make` builds around the queue's flag fd.
-    pub fn with_source(make: impl FnOnce(i32) -> Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
-        let flag = Flag::new()?;
-        let source = make(flag.raw());
+    /// A channel with the source `make` gives, if any.
+    pub fn with_source(make: impl FnOnce() -> Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
+        let source = make();
+        let flag = OnceLock::new();
+        if source.is_none() {
+            let _ = flag.set(Flag::new()?);
+        }
         Ok(Arc::new(Channel {
             flag,
             source,
@@ -75,7 +82,10 @@ impl Channel {
     }
 
     pub fn fd(&self) -> i32 {
-        self.source.as_ref().map_or(self.flag.raw(), |s| s.public_fd())
+        match &self.source {
+            Some(s) => s.public_fd(),
+            None => self.flag.get().map_or(-1, Flag::raw),
+        }
     }
 
     pub fn source(&self) -> Option<&dyn Source> {
@@ -85,7 +95,7 @@ impl Channel {
     pub fn push(&self, p: Pending) {
         let mut q = lock(&self.queue);
         if q.is_empty() {
-            self.flag.raise();
+            self.raise();
         }
         q.push_back(p);
         if self.waiters.load(Ordering::Relaxed) > 0 {
@@ -118,8 +128,33 @@ impl Channel {
                     Take::Empty => return Err(Errno::EAGAIN),
                 }
             }
-            crate::sys::wait_readable(src.wait_fd(), self.flag.raw());
+            crate::sys::wait_readable(src.public_fd());
             tried_empty = false;
+        }
+    }
+
+    /// Raises the queue flag, making it first if this is the first queued
+    /// event of a channel with a source (called under the queue lock, so it
+    /// is made once). If that fails the event still waits in the queue for
+    /// `pop`; only poll() misses it.
+    fn raise(&self) {
+        if let Some(f) = self.flag.get() {
+            f.raise();
+            return;
+        }
+        let Ok(f) = Flag::new() else { return };
+        f.raise();
+        if let Some(src) = &self.source {
+            if src.watch(f.raw()).is_err() {
+                return;
+            }
+        }
+        let _ = self.flag.set(f);
+    }
+
+    fn lower(&self) {
+        if let Some(f) = self.flag.get() {
+            f.lower();
         }
     }
 
@@ -127,7 +162,7 @@ impl Channel {
         let mut q = lock(&self.queue);
         let p = q.pop_front()?;
         if q.is_empty() {
-            self.flag.lower();
+            self.lower();
         }
         Some(p)
     }
@@ -137,11 +172,11 @@ impl Channel {
         loop {
             if let Some(p) = q.pop_front() {
                 if q.is_empty() {
-                    self.flag.lower();
+                    self.lower();
                 }
                 return Ok(p);
             }
-            if self.flag.nonblocking() {
+            if crate::sys::nonblocking(self.fd()) {
                 return Err(Errno::EAGAIN);
             }
             // Re-check O_NONBLOCK now and then: the app may flip it while we wait.
@@ -173,7 +208,7 @@ impl Channel {
         }
         *q = keep;
         if q.is_empty() {
-            self.flag.lower();
+            self.lower();
         }
         out
     }

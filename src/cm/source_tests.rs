@@ -17,7 +17,8 @@ struct PipeSource {
     rd: OwnedFd,
     /// Kept open for the test's writes (`Rig::wr`).
     _wr: OwnedFd,
-    /// Stands for the fd the application is given (its O_NONBLOCK counts).
+    /// The fd the application is given: an epoll set of the pipe (and the
+    /// queue flag, once watched), as the kernel CM's channels have.
     public: OwnedFd,
     owner: Arc<IdCore>,
     empty: AtomicBool,
@@ -27,8 +28,8 @@ impl Source for PipeSource {
     fn public_fd(&self) -> i32 {
         self.public.as_raw_fd()
     }
-    fn wait_fd(&self) -> i32 {
-        self.rd.as_raw_fd()
+    fn watch(&self, flag: i32) -> Result<()> {
+        epoll_add(self.public.as_raw_fd(), flag)
     }
     fn take(&self, _ch: &Arc<Channel>) -> Result<Take> {
         let mut b = 0u8;
@@ -68,10 +69,11 @@ impl Rig {
         // SAFETY: fresh fds owned by nobody else.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // SAFETY: plain syscall, checked.
-        let public = unsafe { OwnedFd::from_raw_fd(cerr(libc::eventfd(0, libc::EFD_CLOEXEC)).unwrap()) };
+        let public = unsafe { OwnedFd::from_raw_fd(cerr(libc::epoll_create1(libc::EPOLL_CLOEXEC)).unwrap()) };
+        epoll_add(public.as_raw_fd(), rd.as_raw_fd()).unwrap();
         let (wr_raw, public_raw) = (wr.as_raw_fd(), public.as_raw_fd());
         let src = PipeSource { rd, _wr: wr, public, owner, empty: AtomicBool::new(true) };
-        let ch = Channel::with_source(|_| Some(Box::new(src) as Box<dyn Source>)).unwrap();
+        let ch = Channel::with_source(|| Some(Box::new(src) as Box<dyn Source>)).unwrap();
         Rig { ch, wr: wr_raw, public: public_raw, id, plain }
     }
 
@@ -95,6 +97,18 @@ impl Drop for Rig {
         IdBox::destroy(self.id).unwrap();
         ChannelBox::destroy(self.plain).unwrap();
     }
+}
+
+fn epoll_add(ep: i32, fd: i32) -> Result<()> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+    // SAFETY: both fds are open; `ev` is a live epoll_event.
+    cerr(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
+}
+
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 fn nonblocking(fd: i32) {
@@ -144,4 +158,22 @@ fn blocking_pop_wakes_for_the_source_and_for_the_queue() {
     });
     assert_eq!(r.pop_arg(), Ok(2), "a queued event wakes a pop waiting on the source");
     t.join().unwrap();
+}
+
+#[test]
+fn the_public_fd_reports_the_source_and_the_queue() {
+    let r = Rig::new();
+    assert!(!readable(r.public));
+    r.feed(b"q");
+    assert!(readable(r.public), "a source event");
+    assert_eq!(r.pop_arg(), Ok(b'q' as u64));
+    assert!(!readable(r.public));
+    let owner = IdBox::lookup(r.id).unwrap();
+    r.ch.push(owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(3)));
+    assert!(readable(r.public), "the first queued event (its flag made on the spot)");
+    assert_eq!(r.pop_arg(), Ok(3));
+    assert!(!readable(r.public), "the flag is lowered with the queue empty");
+    r.ch.push(owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(4)));
+    assert!(readable(r.public), "and raised again");
+    assert_eq!(r.pop_arg(), Ok(4));
 }

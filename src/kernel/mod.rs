@@ -59,11 +59,11 @@ pub fn prepare() {
 
 /// A new channel's rdma_cm file. Without any verbs device the kernel CM is
 /// of no use: no file, and the channel's ids get ENODEV, as upstream.
-pub fn channel_source(flag: i32) -> Option<Box<dyn crate::cm::channel::Source>> {
+pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
     if !has_device() {
         return None;
     }
-    match source::KernelSource::open(flag) {
+    match source::KernelSource::open() {
         Ok(s) => Some(Box::new(s)),
         Err(e) => {
             crate::trace::emit(crate::trace::start(), || format!("  opening {} failed: errno {}", ucma::DEVICE, e.0));

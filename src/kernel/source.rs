@@ -1,7 +1,8 @@
 //! A kernel-CM event channel's own rdma_cm file, read in the caller's thread
 //! by rdma_get_cm_event (no hand-off between threads, as upstream). The fd the
-//! application gets is an epoll set of that file and the channel's flag, so
-//! poll() also sees the events the library queues itself (USER, addrinfo).
+//! application gets is an epoll set of that file and, once the library
+//! queued an event itself (USER, addrinfo), the channel's flag, so poll()
+//! sees both.
 
 use super::events;
 use super::ucma::Ucma;
@@ -20,19 +21,22 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
-    /// Opens a new rdma_cm file for a channel whose queue flag is `flag`.
-    pub fn open(flag: i32) -> Result<KernelSource> {
+    /// Opens a new rdma_cm file for a channel.
+    pub fn open() -> Result<KernelSource> {
         let file = Arc::new(Ucma::open()?);
         // SAFETY: plain syscall; the result is checked.
         let ep = cerr(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: ep was just returned by epoll_create1 and is owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
-        for fd in [file.raw(), flag] {
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-            // SAFETY: both fds are open; `ev` is a live epoll_event.
-            cerr(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
-        }
-        Ok(KernelSource { file, epoll, empty: AtomicBool::new(true) })
+        let s = KernelSource { file, epoll, empty: AtomicBool::new(true) };
+        s.add(s.file.raw())?;
+        Ok(s)
+    }
+
+    fn add(&self, fd: i32) -> Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: fd is open; `ev` is a live epoll_event.
+        cerr(unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
     }
 }
 
@@ -41,8 +45,8 @@ impl Source for KernelSource {
         self.epoll.as_raw_fd()
     }
 
-    fn wait_fd(&self) -> i32 {
-        self.file.raw()
+    fn watch(&self, flag: i32) -> Result<()> {
+        self.add(flag)
     }
 
     fn take(&self, ch: &Arc<Channel>) -> Result<Take> {

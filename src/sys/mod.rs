@@ -52,10 +52,10 @@ pub fn nonblocking(fd: i32) -> bool {
     fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
-/// Blocks until `a` or `b` is readable (or a signal arrives: the caller
-/// re-checks either way).
-pub fn wait_readable(a: i32, b: i32) {
-    let mut p = [a, b].map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-    // SAFETY: a live array of two pollfds.
-    unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+/// Blocks until `fd` is readable (or a signal arrives: the caller re-checks
+/// either way).
+pub fn wait_readable(fd: i32) {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, -1) };
 }
