@@ -285,11 +285,17 @@ impl IdBox {
         } else {
             (ChannelBox::lookup(channel)?, channel, None)
         };
+        // The backend's side first (the kernel moves the id to the new channel's
+        // file); if that fails the id stays where it was.
+        if let Err(e) = crate::backend::migrate(&core, &new_chan) {
+            if let Some(pc) = new_private {
+                ChannelBox::destroy(pc.0)?;
+            }
+            return Err(e);
+        }
         if was_sync {
             core.ack_stored_event()?;
         }
-        // The backend's side first (the kernel moves the id to the new channel's file).
-        crate::backend::migrate(&core, &new_chan)?;
         let old = {
             let mut st = core.state();
             let old_chan = std::mem::replace(&mut st.channel, new_chan.clone());
