@@ -5,7 +5,7 @@
 use super::channel::{Source, Take};
 use super::event::Param;
 use super::*;
-use crate::sys::{cerr, Errno, Result};
+use crate::sys::{cerr, Epoll, Errno, Result};
 use rdma_abi::cma::*;
 use std::any::Any;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -19,17 +19,17 @@ struct PipeSource {
     _wr: OwnedFd,
     /// The fd the application is given: an epoll set of the pipe (and the
     /// queue flag, once watched), as the kernel CM's channels have.
-    public: OwnedFd,
+    public: Epoll,
     owner: Arc<IdCore>,
     empty: AtomicBool,
 }
 
 impl Source for PipeSource {
     fn public_fd(&self) -> i32 {
-        self.public.as_raw_fd()
+        self.public.raw()
     }
     fn watch(&self, flag: i32) -> Result<()> {
-        epoll_add(self.public.as_raw_fd(), flag)
+        self.public.ctl(libc::EPOLL_CTL_ADD, flag, 0)
     }
     fn take(&self, _ch: &Arc<Channel>) -> Result<Take> {
         let mut b = 0u8;
@@ -68,10 +68,9 @@ impl Rig {
         cerr(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }).unwrap();
         // SAFETY: fresh fds owned by nobody else.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: plain syscall, checked.
-        let public = unsafe { OwnedFd::from_raw_fd(cerr(libc::epoll_create1(libc::EPOLL_CLOEXEC)).unwrap()) };
-        epoll_add(public.as_raw_fd(), rd.as_raw_fd()).unwrap();
-        let (wr_raw, public_raw) = (wr.as_raw_fd(), public.as_raw_fd());
+        let public = Epoll::new().unwrap();
+        public.ctl(libc::EPOLL_CTL_ADD, rd.as_raw_fd(), 0).unwrap();
+        let (wr_raw, public_raw) = (wr.as_raw_fd(), public.raw());
         let src = PipeSource { rd, _wr: wr, public, owner, empty: AtomicBool::new(true) };
         let ch = Channel::with_source(|| Some(Box::new(src) as Box<dyn Source>)).unwrap();
         Rig { ch, wr: wr_raw, public: public_raw, id, plain }
@@ -97,12 +96,6 @@ impl Drop for Rig {
         IdBox::destroy(self.id).unwrap();
         ChannelBox::destroy(self.plain).unwrap();
     }
-}
-
-fn epoll_add(ep: i32, fd: i32) -> Result<()> {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-    // SAFETY: both fds are open; `ev` is a live epoll_event.
-    cerr(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
 }
 
 fn readable(fd: i32) -> bool {

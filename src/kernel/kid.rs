@@ -210,12 +210,10 @@ impl KId {
     pub fn migrate(&self, to: &Channel) -> Result<()> {
         let mut st = self.st();
         let Some(h) = st.handle else { return Ok(()) };
-        let file = super::source::file_of(to).ok_or(Errno::ENODEV)?;
-        if !Arc::ptr_eq(&file, &st.file) {
-            file.migrate_id(h, st.file.raw())?;
-            st.file = file;
-            super::source::rearm(to);
+        if super::source::file_of(to).is_some_and(|f| Arc::ptr_eq(&f, &st.file)) {
+            return Ok(());
         }
+        st.file = super::source::migrate_into(to, h, &st.file)?;
         Ok(())
     }
 

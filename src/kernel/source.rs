@@ -8,15 +8,14 @@ use super::events;
 use super::ucma::Ucma;
 use crate::cm::channel::{Source, Take};
 use crate::cm::Channel;
-use crate::sys::{cerr, Errno, Result};
+use crate::sys::{Epoll, Errno, Result};
 use std::any::Any;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub struct KernelSource {
     pub file: Arc<Ucma>,
-    epoll: OwnedFd,
+    epoll: Epoll,
     empty: AtomicBool,
 }
 
@@ -24,29 +23,24 @@ impl KernelSource {
     /// Opens a new rdma_cm file for a channel.
     pub fn open() -> Result<KernelSource> {
         let file = Arc::new(Ucma::open()?);
-        // SAFETY: plain syscall; the result is checked.
-        let ep = cerr(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: ep was just returned by epoll_create1 and is owned by nobody else.
-        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
-        let s = KernelSource { file, epoll, empty: AtomicBool::new(true) };
-        s.add(s.file.raw())?;
-        Ok(s)
+        let epoll = Epoll::new()?;
+        epoll.ctl(libc::EPOLL_CTL_ADD, file.raw(), 0)?;
+        Ok(KernelSource { file, epoll, empty: AtomicBool::new(true) })
     }
 
-    fn add(&self, fd: i32) -> Result<()> {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-        // SAFETY: fd is open; `ev` is a live epoll_event.
-        cerr(unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
+    /// A channel's kernel source (None for a channel without one).
+    fn of(ch: &Channel) -> Option<&KernelSource> {
+        ch.source()?.as_any().downcast_ref::<KernelSource>()
     }
 }
 
 impl Source for KernelSource {
     fn public_fd(&self) -> i32 {
-        self.epoll.as_raw_fd()
+        self.epoll.raw()
     }
 
     fn watch(&self, flag: i32) -> Result<()> {
-        self.add(flag)
+        self.epoll.ctl(libc::EPOLL_CTL_ADD, flag, 0)
     }
 
     fn take(&self, ch: &Arc<Channel>) -> Result<Take> {
@@ -69,26 +63,19 @@ impl Source for KernelSource {
     }
 }
 
-impl KernelSource {
-    /// Makes the epoll set look at the file again. MIGRATE_ID moves events
-    /// into a file without waking its pollers, so the set (which learns of
-    /// readiness only through wake-ups) would not report them.
-    fn rearm(&self) {
-        let fd = self.file.raw();
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-        // SAFETY: the file is in our epoll set; `ev` is a live epoll_event.
-        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
-    }
-}
-
-/// After ids moved into `ch`'s file: its fd reports their events.
-pub fn rearm(ch: &Channel) {
-    if let Some(s) = ch.source().and_then(|s| s.as_any().downcast_ref::<KernelSource>()) {
-        s.rearm();
-    }
+/// MIGRATE_ID: the kernel id `h` and its unread events move from the file
+/// `from` into `to`'s file, which is returned. The kernel moves the events
+/// without waking the new file's pollers, and an epoll set learns of
+/// readiness only through wake-ups: re-adding the file (EPOLL_CTL_MOD) makes
+/// the set look at it again, so `to`'s fd reports them.
+pub fn migrate_into(to: &Channel, h: u32, from: &Ucma) -> Result<Arc<Ucma>> {
+    let s = KernelSource::of(to).ok_or(Errno::ENODEV)?;
+    s.file.migrate_id(h, from.raw())?;
+    let _ = s.epoll.ctl(libc::EPOLL_CTL_MOD, s.file.raw(), 0);
+    Ok(s.file.clone())
 }
 
 /// The rdma_cm file of a channel (None for a channel without one).
 pub fn file_of(ch: &Channel) -> Option<Arc<Ucma>> {
-    ch.source()?.as_any().downcast_ref::<KernelSource>().map(|s| s.file.clone())
+    KernelSource::of(ch).map(|s| s.file.clone())
 }

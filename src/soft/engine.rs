@@ -9,7 +9,7 @@ use crate::sys::{cerr, Result};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ enum Src {
 type TimerFn = Box<dyn FnOnce() + Send>;
 
 pub struct Engine {
-    ep: OwnedFd,
+    ep: crate::sys::Epoll,
     next: AtomicU64,
     srcs: Mutex<HashMap<u64, Src>>,
     timers: Mutex<Vec<(Instant, TimerFn)>>,
@@ -66,11 +66,8 @@ static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
 /// The engine, started on first use.
 pub fn get() -> &'static Arc<Engine> {
     ENGINE.get_or_init(|| {
-        // SAFETY: plain syscall; a failure leaves an invalid fd whose epoll calls fail.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         let e = Arc::new(Engine {
-            // SAFETY: the new epoll fd, owned here.
-            ep: unsafe { OwnedFd::from_raw_fd(ep) },
+            ep: crate::sys::Epoll::new().expect("epoll_create1"),
             next: AtomicU64::new(1),
             srcs: Mutex::new(HashMap::new()),
             timers: Mutex::new(Vec::new()),
@@ -88,9 +85,7 @@ pub fn get() -> &'static Arc<Engine> {
 
 impl Engine {
     fn add_fd(&self, fd: i32, token: u64) {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
-        // SAFETY: registering a live fd with our epoll instance.
-        unsafe { libc::epoll_ctl(self.ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        let _ = self.ep.ctl(libc::EPOLL_CTL_ADD, fd, token);
     }
 
     fn token(&self) -> u64 {
@@ -134,8 +129,7 @@ impl Engine {
                 }
                 Src::Udp(u, _) => u.as_raw_fd(),
             };
-            // SAFETY: deregistering an fd that is still open (we hold it).
-            unsafe { libc::epoll_ctl(self.ep.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+            let _ = self.ep.ctl(libc::EPOLL_CTL_DEL, fd, 0);
         }
     }
 
@@ -170,7 +164,7 @@ impl Engine {
         loop {
             let timeout = self.next_timeout();
             // SAFETY: evs has room for 64 events.
-            let n = unsafe { libc::epoll_wait(self.ep.as_raw_fd(), evs.as_mut_ptr(), 64, timeout) };
+            let n = unsafe { libc::epoll_wait(self.ep.raw(), evs.as_mut_ptr(), 64, timeout) };
             if cerr(n).is_err() {
                 continue; // EINTR
             }

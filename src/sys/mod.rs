@@ -1,4 +1,5 @@
-//! libc glue: the errno type (shared with softverbs, `common::errno`) and the event flag.
+//! libc glue: the errno type (shared with softverbs, `common::errno`), the
+//! event flag and an epoll set.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -39,10 +40,6 @@ impl Flag {
         }
     }
 
-    /// Whether the application set O_NONBLOCK on the fd it was handed.
-    pub fn nonblocking(&self) -> bool {
-        nonblocking(self.raw())
-    }
 }
 
 /// Whether O_NONBLOCK is set on `fd`.
@@ -58,4 +55,29 @@ pub fn wait_readable(fd: i32) {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one live pollfd.
     unsafe { libc::poll(&mut p, 1, -1) };
+}
+
+/// An epoll set watching fds for input, each reported with a caller's token.
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    pub fn new() -> Result<Epoll> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = cerr(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: fd was just returned by epoll_create1 and is owned by nobody else.
+        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    pub fn raw(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// EPOLL_CTL_ADD / _MOD (input, reported with `token`) or _DEL of `fd`.
+    pub fn ctl(&self, op: i32, fd: i32, token: u64) -> Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        // SAFETY: `ev` is a live epoll_event (ignored by DEL); a bad fd is an error return.
+        cerr(unsafe { libc::epoll_ctl(self.raw(), op, fd, &mut ev) }).map(|_| ())
+    }
 }
