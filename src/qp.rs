@@ -8,7 +8,7 @@ use crate::backend;
 use crate::cm::IdBox;
 use crate::sys::{Errno, Result};
 use crate::verbs::*;
-use rdma_abi::cma::{rdma_cm_id, RDMA_PS_IPOIB, RDMA_PS_UDP};
+use rdma_abi::cma::rdma_cm_id;
 use rdma_abi::verbs::*;
 use std::sync::Arc;
 
@@ -78,8 +78,8 @@ pub unsafe fn to_error(qp: *mut ibv_qp) {
 /// rdma_create_qp / rdma_create_qp_ex with a classic attribute block.
 pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
     let core = IdBox::lookup(id)?;
-    backend::device()?;
-    let (verbs, id_pd, ps) = core.with_public(|p| (p.verbs, p.pd, p.ps))?;
+    let b = backend::device()?;
+    let (verbs, id_pd) = core.with_public(|p| (p.verbs, p.pd))?;
     let pd = if pd.is_null() { id_pd } else { pd };
     if verbs.is_null() || pd.is_null() {
         return Err(Errno::EINVAL);
@@ -118,24 +118,13 @@ pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr)
     }
     let ud = attr.qp_type == IBV_QPT_UD;
     let steps: &[u32] = if ud { &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] } else { &[IBV_QPS_INIT] };
-    let _ = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB;
-    for &s in steps {
+    // SAFETY (both calls): the QP we just made.
+    let r = steps.iter().try_for_each(|&s| unsafe { modify_to(&core, qp, s) }).and_then(|()| unsafe { b.qp_created(&core, qp) });
+    if let Err(e) = r {
         // SAFETY: the QP we just made.
-        if let Err(e) = unsafe { modify_to(&core, qp, s) } {
-            // SAFETY: the QP we just made.
-            unsafe { ibv_destroy_qp(qp) };
-            destroy_cqs(&made);
-            return Err(e);
-        }
-    }
-    // Upstream's init_ece: the kernel CM sends the QP's ECE in REQ/REP.
-    if backend::kind() == backend::Kind::Kernel {
-        if let Err(e) = crate::kernel::ece::on_create_qp(&core, qp) {
-            // SAFETY: the QP we just made.
-            unsafe { ibv_destroy_qp(qp) };
-            destroy_cqs(&made);
-            return Err(e);
-        }
+        unsafe { ibv_destroy_qp(qp) };
+        destroy_cqs(&made);
+        return Err(e);
     }
     core.with_public(|p| {
         p.qp = qp;

@@ -386,4 +386,9 @@ impl Backend for Kernel {
     fn destroy(&self, id: &Arc<IdCore>) {
         destroy(id)
     }
+
+    /// Upstream's init_ece: the QP's ECE is what REQ/REP carry.
+    unsafe fn qp_created(&self, id: &Arc<IdCore>, qp: *mut ibv_qp) -> Result<()> {
+        ece::on_create_qp(id, qp)
+    }
 }
