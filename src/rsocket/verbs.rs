@@ -28,16 +28,20 @@ pub fn verr(ret: c_int) -> Result<()> {
     }
 }
 
-/// The largest message a UD QP on `port` carries: its active MTU in bytes (0
-/// when it cannot be asked). UD sends beyond it are dropped on the wire.
-pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {
+fn port_attr(verbs: *mut ibv_context, port: u8) -> Option<ibv_port_attr> {
     // SAFETY: all-zero is a valid ibv_port_attr.
     let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
     // SAFETY: an open device context and a writable attribute block.
     if verbs.is_null() || unsafe { ibv_query_port(verbs, port.max(1), &mut a) } != 0 {
-        return 0;
+        return None;
     }
-    match a.active_mtu as u32 {
+    Some(a)
+}
+
+/// The largest message a UD QP on `port` carries: its active MTU in bytes (0
+/// when it cannot be asked). UD sends beyond it are dropped on the wire.
+pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {
+    match port_attr(verbs, port).map_or(0, |a| a.active_mtu) {
         m @ 1..=5 => 128 << m,
         _ => 0,
     }
@@ -45,12 +49,7 @@ pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {
 
 /// Whether `port` has an Ethernet link layer (RoCE).
 pub fn is_roce(verbs: *mut ibv_context, port: u8) -> bool {
-    // SAFETY: all-zero is a valid ibv_port_attr.
-    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: an open device context and a writable attribute block.
-    !verbs.is_null()
-        && unsafe { ibv_query_port(verbs, port.max(1), &mut a) } == 0
-        && a.link_layer == IBV_LINK_LAYER_ETHERNET
+    port_attr(verbs, port).is_some_and(|a| a.link_layer == IBV_LINK_LAYER_ETHERNET)
 }
 
 fn device_attr(verbs: *mut ibv_context) -> Option<ibv_device_attr> {
@@ -71,21 +70,13 @@ pub fn max_qp_wr(verbs: *mut ibv_context) -> u32 {
 /// Vendor id of the kernel's soft-RoCE (rxe).
 const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
 
-/// A software RDMA device (this project's softverbs, `soft0`, or the kernel's rxe):
-/// the CPU moves every message, inside or right after `ibv_post_send`, at a fixed cost
-/// per message, so splitting a send into more messages delays it instead of
-/// overlapping the copy with a DMA engine.
+/// A software RDMA device (this project's softverbs, i.e. the soft backend,
+/// or the kernel's rxe): the CPU moves every message, inside or right after
+/// `ibv_post_send`, at a fixed cost per message, so splitting a send into
+/// more messages delays it instead of overlapping the copy with a DMA engine.
 pub fn is_software(verbs: *mut ibv_context) -> bool {
-    if verbs.is_null() {
-        return false;
-    }
-    // SAFETY: an open context; `device` is set by libibverbs for every context and its
-    // name is NUL-terminated within the array.
-    let soft_name = unsafe {
-        let dev = (*verbs).device;
-        !dev.is_null() && std::ffi::CStr::from_ptr((*dev).name.as_ptr()).to_bytes() == b"soft0"
-    };
-    soft_name || device_attr(verbs).is_some_and(|a| a.vendor_id == RXE_VENDOR_ID)
+    crate::backend::kind() == crate::backend::Kind::Soft
+        || device_attr(verbs).is_some_and(|a| a.vendor_id == RXE_VENDOR_ID)
 }
 
 /// Transport of a device: true for iWARP (messages go as SENDs, not immediates).
@@ -150,7 +141,6 @@ impl Cq {
         unsafe { (*self.chan).fd }
     }
 
-    /// Polls up to `wc.len()` completions.
     /// Polls up to `wc.len()` completions; the first n returned are filled.
     /// The array need not be initialised (busy-polling loops call this
     /// constantly; zeroing 32 completions each time showed in profiles).
