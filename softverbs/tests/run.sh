@@ -140,14 +140,19 @@ if rping_pair 18611 RDMACM_RS_TRACE="$trace"; then
   elif grep -q '^softverbs.* ibv_poll_cq(.*) = 0 ' "$trace"; then bad "verbs trace: empty polls logged"
   else ok "verbs trace: rping pair to a file, $(grep -c '^rdmacm-rs' "$trace") CM + $(grep -c '^softverbs' "$trace") verbs lines from $(cut -d' ' -f1 "$trace" | sort -u | wc -l) library/process pairs"; fi
 else bad "verbs trace: traced rping pair failed"; tail -5 "$out/trace.srv" "$out/trace.cli"; fi
-size=$(stat -c %s "$trace" 2>/dev/null)
-if rping_pair 18612 -u RDMACM_RS_TRACE && rping_pair 18613 RDMACM_RS_TRACE=0 \
-   && ! grep -Eq '^(rdmacm-rs|softverbs)\[' "$out/trace.srv" "$out/trace.cli" && [ "$(stat -c %s "$trace")" = "$size" ]; then
-  ok "verbs trace: unset or 0 writes nothing"
-else bad "verbs trace: unset/0 run failed or wrote trace lines"; tail -5 "$out/trace.srv" "$out/trace.cli"; fi
-if RDMACM_RS_TRACE=1 LD_LIBRARY_PATH=$SOFT timeout 10 ibv_devinfo > /dev/null 2> "$out/trace.stderr" \
-   && grep -Eq '^softverbs\[[0-9]+\] .* ibv_query_port\(.*ACTIVE' "$out/trace.stderr"; then ok "verbs trace: RDMACM_RS_TRACE=1 goes to stderr"
-else bad "verbs trace to stderr"; head -5 "$out/trace.stderr"; fi
+# Run from an empty directory: "0" taken for a path would leave a file named 0 there.
+quiet=$(mktemp -d)
+if (cd "$quiet" && out=$OLDPWD/$out && rping_pair 18612 -u RDMACM_RS_TRACE && rping_pair 18613 RDMACM_RS_TRACE=0) \
+   && ! grep -Eq '^(rdmacm-rs|softverbs)\[' "$out/trace.srv" "$out/trace.cli" && [ -z "$(ls -A "$quiet")" ]; then
+  ok "verbs trace: unset or 0 writes nothing (no trace line, no file)"
+else bad "verbs trace: unset/0 run failed, wrote trace lines or made a file ($(ls -A "$quiet"))"; tail -5 "$out/trace.srv" "$out/trace.cli"; fi
+rm -rf "$quiet"
+for v in 1 stderr; do
+  if RDMACM_RS_TRACE=$v LD_LIBRARY_PATH=$SOFT timeout 10 ibv_devinfo > /dev/null 2> "$out/trace.stderr" \
+     && grep -Eq '^softverbs\[[0-9]+\] .* ibv_query_port\(.*ACTIVE' "$out/trace.stderr" && [ ! -e "$v" ]; then
+    ok "verbs trace: RDMACM_RS_TRACE=$v goes to stderr"
+  else bad "verbs trace to stderr (RDMACM_RS_TRACE=$v)"; head -5 "$out/trace.stderr"; fi
+done
 
 # 8. libFuzzer run of the frame decoder, only where cargo-fuzz and nightly are installed
 if command -v cargo-fuzz > /dev/null && rustup toolchain list 2>/dev/null | grep -q nightly; then
