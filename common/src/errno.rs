@@ -49,8 +49,7 @@ pub fn set_errno(e: Errno) {
 
 /// The calling thread's errno, raw (to restore it after work that may change it).
 pub fn get_errno() -> i32 {
-    // SAFETY: as in set_errno.
-    unsafe { *libc::__errno_location() }
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 /// Turns a libc `-1 + errno` result into a `Result`.

@@ -17,12 +17,6 @@ use rdma_abi::verbs::*;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-/// Whether tracing is on (the environment is read once, at the first call).
-#[inline]
-pub fn on() -> bool {
-    common::trace::on()
-}
-
 /// Start time of a call, taken only when tracing.
 #[inline]
 pub fn start() -> Option<Instant> {
@@ -120,13 +114,6 @@ pub fn finish<R: Ret, L: IntoLine>(t0: Instant, ret: &R, err: Option<Errno>, lin
         s.push_str(&l.after);
         write_line(t0, &s);
     }));
-    common::errno::set_errno(Errno(saved));
-}
-
-/// A free-form line (events), timed from `t0`.
-pub fn emit(t0: Instant, text: &str) {
-    let saved = common::errno::get_errno();
-    let _ = std::panic::catch_unwind(|| write_line(t0, text));
     common::errno::set_errno(Errno(saved));
 }
 
