@@ -19,7 +19,7 @@
 //! Every received frame goes through `frame::decode` first; a malformed frame is counted
 //! and dropped (and a stream that carried one is closed, since it cannot be re-synchronised).
 
-use super::addr::{from_raw, to_storage};
+use super::addr::{from_raw, local_addr, to_storage};
 use super::frame::{decode, DecodeError, Header, Op, HDR_LEN};
 use super::{Link, Transport};
 use crate::core::context::Context;
@@ -95,13 +95,7 @@ fn bind_pair(fam: i32) -> Result<(OwnedFd, OwnedFd, u16)> {
         cerr(unsafe { libc::bind(tcp.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) })?;
         // SAFETY: listen on our own socket.
         cerr(unsafe { libc::listen(tcp.as_raw_fd(), 128) })?;
-        // SAFETY: sockaddr_storage is plain data.
-        let mut got: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut glen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: got/glen are live and sized.
-        cerr(unsafe { libc::getsockname(tcp.as_raw_fd(), &mut got as *mut _ as *mut libc::sockaddr, &mut glen) })?;
-        // SAFETY: getsockname filled glen bytes of got.
-        let port = unsafe { from_raw(&got as *const _ as *const libc::sockaddr, glen) }.map(|a| a.port()).ok_or(Errno::EIO)?;
+        let port = local_addr(tcp.as_raw_fd()).map(|a| a.port()).ok_or(Errno::EIO)?;
         // SAFETY: plain socket syscall.
         let udp = owned(unsafe { libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
         if fam == libc::AF_INET6 {
@@ -190,7 +184,7 @@ impl Engine {
             shared: self.shared.clone(),
             role,
             tx: Mutex::new(Tx { q: VecDeque::new(), off: 0, connecting, want_out: connecting, corked: false, held: false }),
-            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, bound: None, direct: None, bulk: 0 }),
+            rx: Mutex::new(Rx { buf: Vec::new(), start: 0, direct: None, bulk: 0 }),
             dead: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             peer_qpn: std::sync::atomic::AtomicU32::new(NO_PEER),
@@ -302,15 +296,7 @@ impl Engine {
                 libc::accept4(self.listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
             };
             let Ok(fd) = owned(fd) else { return };
-            // SAFETY: sockaddr_storage is plain data.
-            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut sl = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: ss/sl are live and sized; getsockname fills at most sl bytes.
-            let me = match unsafe { libc::getsockname(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut sl) } {
-                // SAFETY: getsockname filled sl bytes of ss.
-                0 => unsafe { from_raw(&ss as *const _ as *const libc::sockaddr, sl) },
-                _ => None,
-            };
+            let me = local_addr(fd.as_raw_fd());
             let _ = self.register(fd, Role::Inbound, false, me);
         }
     }
@@ -354,11 +340,7 @@ impl Engine {
                     any |= drained;
                     if drained {
                         // An accepted stream may carry its local QP's requests too.
-                        let owner = match &link.role {
-                            Role::Outbound(q) => q.upgrade(),
-                            Role::Inbound => link.hello_qp.get().and_then(|w| w.upgrade()),
-                        };
-                        if let Some(qp) = owner {
+                        if let Some(qp) = link.local_qp() {
                             let as_dyn: Arc<dyn Link> = link.clone();
                             requester::on_drained(&qp, &as_dyn);
                         }
@@ -395,12 +377,8 @@ impl Engine {
         unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, link.fd.as_raw_fd(), std::ptr::null_mut()) };
         link.dead.store(true, Ordering::SeqCst);
         let as_dyn: Arc<dyn Link> = link.clone();
-        let local = match &link.role {
-            Role::Outbound(q) => q.upgrade(),
-            Role::Inbound => lock(&link.rx).bound.clone().and_then(|w| w.upgrade()),
-        };
         // A link may carry requests and responses both ways (see `Link::peer_qpn`).
-        if let Some(qp) = local {
+        if let Some(qp) = link.local_qp() {
             requester::on_link_down(&qp, &as_dyn);
             responder::on_link_down(&qp, &as_dyn);
         }
@@ -601,7 +579,6 @@ struct Rx {
     /// Received bytes; frames start at `start`.
     buf: Vec<u8>,
     start: usize,
-    bound: Option<Weak<Qp>>,
     /// A WRITE whose payload is being received straight into the responder's MR.
     direct: Option<Direct>,
     /// Frames still to read one at a time since the last direct one: at a frame boundary
@@ -644,6 +621,15 @@ pub struct TcpLink {
 const NO_PEER: u32 = u32::MAX;
 
 impl TcpLink {
+    /// The local QP of this link: the one that opened it, or (accepted) the one
+    /// its Hello named.
+    fn local_qp(&self) -> Option<Arc<Qp>> {
+        match &self.role {
+            Role::Outbound(q) => q.upgrade(),
+            Role::Inbound => self.hello_qp.get()?.upgrade(),
+        }
+    }
+
     fn events(&self, out: bool) {
         let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
         if out {
@@ -858,12 +844,12 @@ impl TcpLink {
             // Dispatch every complete frame in the buffer.
             let mut pending = 0usize;
             loop {
-                let Rx { buf, start, bound, direct, bulk } = &mut *rx;
+                let Rx { buf, start, direct, bulk } = &mut *rx;
                 let avail = &buf[*start..];
                 match decode(avail) {
                     Ok((h, total)) => {
                         *bulk = bulk.saturating_sub(1);
-                        let ok = self.dispatch(ctx, bound, &h, &avail[HDR_LEN..total]);
+                        let ok = self.dispatch(ctx, &h, &avail[HDR_LEN..total]);
                         *start += total;
                         if !ok {
                             return Err(true);
@@ -871,7 +857,7 @@ impl TcpLink {
                     }
                     Err(DecodeError::Incomplete(total)) => {
                         if avail.len() >= HDR_LEN {
-                            if let Some(d) = self.try_direct(bound, avail) {
+                            if let Some(d) = self.try_direct(avail) {
                                 // The payload bytes already here went to the MR.
                                 *direct = Some(d);
                                 *bulk = BULK_FRAMES;
@@ -947,15 +933,12 @@ impl TcpLink {
     /// A WRITE frame whose header is here but whose payload is not (all) yet: if the
     /// responder may execute it right now, start placing its payload straight into the
     /// target memory (copying what `avail` already holds).
-    fn try_direct(self: &Arc<Self>, bound: &Option<Weak<Qp>>, avail: &[u8]) -> Option<Direct> {
+    fn try_direct(self: &Arc<Self>, avail: &[u8]) -> Option<Direct> {
         let h = super::frame::decode_header(avail).ok()?;
         if h.op != Op::Write || h.payload_len < DIRECT_MIN {
             return None;
         }
-        let qp = match &self.role {
-            Role::Outbound(q) => q.upgrade()?,
-            Role::Inbound => bound.as_ref()?.upgrade()?,
-        };
+        let qp = self.local_qp()?;
         if qp.qpn != h.dst_qpn {
             return None;
         }
@@ -1044,32 +1027,28 @@ impl TcpLink {
         Ok(Some((true, emptied)))
     }
 
-    fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, bound: &mut Option<Weak<Qp>>, h: &Header, payload: &[u8]) -> bool {
+    fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, h: &Header, payload: &[u8]) -> bool {
         let me: Arc<dyn Link> = self.clone();
+        let inbound = matches!(self.role, Role::Inbound);
         if h.op == Op::Hello {
             // Only as the first frame of an accepted connection.
-            if !matches!(self.role, Role::Inbound) || bound.is_some() {
+            if !inbound || self.hello_qp.get().is_some() {
                 return false;
             }
             let qp = ctx.find_qp(h.dst_qpn);
-            *bound = Some(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
             self.peer_qpn.store(h.src_qpn, Ordering::SeqCst);
-            let _ = self.hello_qp.set(bound.clone().unwrap_or_default());
+            let _ = self.hello_qp.set(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
             if let Some(qp) = qp {
                 responder::on_hello(&qp, &me, h);
             }
             return true;
         }
-        // The local QP of this connection: the one that opened it, or the one its Hello
-        // named. Requests go to its responder, responses to its requester (which accepts
-        // them only on its own `out` link).
-        let local = match &self.role {
-            Role::Outbound(q) => q.upgrade(),
-            Role::Inbound => match bound {
-                Some(b) => b.upgrade(),
-                None => return false,
-            },
-        };
+        if inbound && self.hello_qp.get().is_none() {
+            return false; // an accepted connection starts with its Hello
+        }
+        // Requests go to the local QP's responder, responses to its requester (which
+        // accepts them only on its own `out` link).
+        let local = self.local_qp();
         if h.op.is_response() {
             if let Some(qp) = local {
                 requester::on_response(&qp, &me, h, payload);
