@@ -12,7 +12,8 @@ OURS=$PWD/build/lib
 ROUNDS=${ROUNDS:-5}
 out=${RS_VM_OUT:-/tmp/rsocket-bench}; mkdir -p "$out"
 port=7900; failed=0
-declare -A T   # T[test.lib] = "usec usec ..."
+declare -A T   # T[test.lib] = "usec usec ...", one per round ("x": that round failed)
+. tests/vm/lib.sh # wait_listen
 
 # one TEST LIB "rstream args": the client's usec/xfer appended to T[TEST.LIB]
 one() {
@@ -21,14 +22,18 @@ one() {
 	port=$((port+1))
 	env "${env[@]}" timeout 120 rstream -b "$IP" -p $port $args > "$out/$t.$lib.$port.server.log" 2>&1 &
 	local spid=$!
-	sleep 2 # no TCP port to wait for: the kernel CM listens
+	wait_listen rstream || echo "  (rstream server did not listen within 10 s; starting the client anyway)"
+	local u=""
 	if env "${env[@]}" timeout 120 rstream -s "$IP" -p $port $args > "$out/$t.$lib.$port.log" 2>&1 && wait $spid; then
-		local u; u=$(awk '$1 == "custom" {print $8}' "$out/$t.$lib.$port.log")
-		T[$t.$lib]="${T[$t.$lib]:-} $u"
+		u=$(awk '$1 == "custom" {print $8}' "$out/$t.$lib.$port.log")
+		[ -n "$u" ] || echo "FAIL rstream $args with $lib's library: no result line (log $out/$t.$lib.$port.log)"
 	else
 		kill $spid 2>/dev/null; wait $spid 2>/dev/null
-		echo "FAIL rstream $args with $lib's library (log $out/$t.$lib.$port.log)"; failed=1
+		echo "FAIL rstream $args with $lib's library (log $out/$t.$lib.$port.log)"
 	fi
+	[ -n "$u" ] || failed=1
+	# A failed round keeps its place, so round i of ours is still compared with round i of Debian's.
+	T[$t.$lib]="${T[$t.$lib]:-} ${u:-x}"
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -41,15 +46,16 @@ done
 python3 - "$ROUNDS" "${T[bw.debian]:-}" "${T[bw.ours]:-}" "${T[lat.debian]:-}" "${T[lat.ours]:-}" <<'PY'
 import statistics, sys
 rounds = sys.argv[1]
-def vals(s): return [float(x) for x in s.split()]
+def vals(s): return [None if x == "x" else float(x) for x in s.split()]  # None: a failed round
 print(f"rstream on rxe, {rounds} rounds each, alternating; us per transfer (median), ratio ours/Debian")
 print(f"{'test':<34}{'Debian':>10}{'ours':>10}{'min':>7}{'median':>8}{'max':>7}")
 for name, c, o in (("64 KiB transfers (-S 65536 -C 2000)", sys.argv[2], sys.argv[3]),
                    ("64 B ping-pong (-S 64 -I 10000)", sys.argv[4], sys.argv[5])):
     c, o = vals(c), vals(o)
-    if not c or not o:
+    rs = [a / b for a, b in zip(o, c) if a is not None and b]  # round i against round i
+    c, o = [v for v in c if v is not None], [v for v in o if v is not None]
+    if not rs:
         print(f"{name:<34}{'n/a':>10}{'n/a':>10}"); continue
-    rs = [a / b for a, b in zip(o, c) if b]
     print(f"{name:<34}{statistics.median(c):>10.1f}{statistics.median(o):>10.1f}"
           f"{min(rs):>7.2f}{statistics.median(rs):>8.2f}{max(rs):>7.2f}")
 PY

@@ -30,15 +30,7 @@ say() { echo "$*" | tee -a "$RES/bench.log"; }
 now() { date +%s.%N; }
 libenv() { if [ "$1" = ours ]; then echo "LD_LIBRARY_PATH=$OURS"; else echo "-u LD_LIBRARY_PATH"; fi; }
 
-# Waits (at most 10 s) until the kernel lists a listening cm_id of program $1.
-wait_listen() {
-	local end=$((SECONDS + 10))
-	while [ $SECONDS -lt $end ]; do
-		rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*comm $1 " && return 0
-		sleep 0.1
-	done
-	return 1
-}
+. "$ROOT/tests/vm/lib.sh" # wait_listen
 # Reaps server $1 (started under `timeout -k 5`, so every wait is bounded);
 # $2=1: stop it first (cmtime's server never exits on its own, and a server
 # whose client failed may wait for a peer that never comes).  Status: the
