@@ -25,9 +25,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 pub const MAX_QP_WR: u32 = 16384;
-/// Inline data granted at least (rdma_xclient sends 16 inline bytes with 0 requested).
+/// Inline data granted a UD QP at least (rdma_xclient sends 16 inline bytes with 0
+/// requested).
 pub const MIN_INLINE: u32 = 256;
-pub const MAX_INLINE: u32 = 4096;
+/// Inline data granted an RC/UC QP, and the most any QP may ask for. Inline costs this
+/// device nothing: a request leaves for the socket from the application's buffer during
+/// `ibv_post_send` (only what the socket does not take then is copied), which is the
+/// zero-copy path rsockets take for messages up to the QP's inline size.
+pub const MAX_INLINE: u32 = 64 << 10;
 pub const MAX_RD_ATOM: u8 = 16;
 
 /// A send WQE on the requester's queue.
@@ -39,6 +44,9 @@ pub struct SendWqe {
     pub frame: Option<Vec<u8>>,
     /// Or: the request header, its payload to be read from `local` at transmission.
     pub gather: Option<Header>,
+    /// `local` names the application's inline buffers, readable only until `ibv_post_send`
+    /// returns (no key check); whatever was not transmitted by then is copied.
+    pub borrowed: bool,
     pub psn: u32,
     /// Local scatter list for READ/atomic results (or the SEND/WRITE gather list).
     pub local: Vec<ibv_sge>,
@@ -137,7 +145,7 @@ impl Qp {
             max_recv_wr: if a.srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: if a.srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
-            max_inline_data: c.max_inline_data.max(MIN_INLINE),
+            max_inline_data: if kind == Kind::Ud { c.max_inline_data.max(MIN_INLINE) } else { MAX_INLINE },
         };
         let (qpn, file) = crate::net::peers::alloc_qpn(pd.ctx.port());
         // SAFETY: ibv_qp is plain data; all-zero is valid (pthread objects included).

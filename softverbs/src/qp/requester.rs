@@ -25,17 +25,26 @@ pub unsafe fn sges_of(w: &ibv_send_wr) -> Vec<ibv_sge> {
     unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }.to_vec()
 }
 
-/// Copies inline data straight from the application's buffers (no key check).
+/// The application's inline buffers, in place (no key check).
 ///
 /// # Safety
-/// Each SGE must describe readable memory of the application (the verbs contract).
-pub unsafe fn inline_bytes(sges: &[ibv_sge]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for s in sges.iter().filter(|s| s.length > 0 && s.addr != 0) {
+/// Each SGE must describe memory of the application readable for `'a` (the verbs
+/// contract: until `ibv_post_send` returns).
+pub unsafe fn inline_parts<'a>(sges: &[ibv_sge]) -> Vec<&'a [u8]> {
+    sges.iter()
+        .filter(|s| s.length > 0 && s.addr != 0)
         // SAFETY: the caller (the application) vouches for [addr, addr+length).
-        out.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) });
-    }
-    out
+        .map(|s| unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) })
+        .collect()
+}
+
+/// Copies inline data out of the application's buffers.
+///
+/// # Safety
+/// As for [`inline_parts`].
+pub unsafe fn inline_bytes(sges: &[ibv_sge]) -> Vec<u8> {
+    // SAFETY: forwarded caller guarantee.
+    unsafe { inline_parts(sges) }.concat()
 }
 
 fn wc_opcode(op: ibv_wr_opcode) -> ibv_wc_opcode {
@@ -100,6 +109,16 @@ pub unsafe fn post(qp: &Arc<Qp>, mut wr: *mut ibv_send_wr) -> Result<(), (*mut i
     if st.state == IBV_QPS_RTS {
         pump(qp, &mut st);
     }
+    // Inline payloads the socket did not take yet: the buffers go back to the application.
+    let sent = st.sent;
+    for w in st.sq.iter_mut().skip(sent).filter(|w| w.borrowed) {
+        w.borrowed = false;
+        if let Some(h) = w.gather.take() {
+            // SAFETY: still inside ibv_post_send, the application's buffers are readable.
+            w.frame = Some(h.frame(&unsafe { inline_bytes(&w.local) }));
+        }
+        w.local = Vec::new();
+    }
     Ok(())
 }
 
@@ -125,6 +144,7 @@ unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, E
         signaled,
         frame: None,
         gather: None,
+        borrowed: false,
         psn,
         local: Vec::new(),
         len: 0,
@@ -153,8 +173,12 @@ unsafe fn build(qp: &Qp, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWqe, E
                 if total > qp.cap.max_inline_data as u64 {
                     return Err(Errno::EINVAL);
                 }
-                // SAFETY: inline buffers are the application's readable memory.
-                unsafe { inline_bytes(&sges) }
+                // Transmitted from the application's buffers by `post` (or copied there).
+                gather = true;
+                wqe.borrowed = true;
+                wqe.len = sges.iter().filter(|s| s.addr != 0).map(|s| s.length).sum();
+                wqe.local = sges;
+                Vec::new()
             } else if total > MAX_MSG as u64 {
                 wqe.fail = Some(IBV_WC_LOC_LEN_ERR);
                 Vec::new()
@@ -309,12 +333,21 @@ pub fn pump(qp: &Qp, st: &mut QpState) {
             link.send(f);
         } else if let Some(h) = w.gather.take() {
             let hdr = h.to_bytes();
-            let sent = mem::with_gather(qp.pd.id, &w.local, |parts| {
+            let send = |parts: &[&[u8]]| {
                 let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
                 all.push(&hdr);
                 all.extend_from_slice(parts);
                 link.send_parts(&all);
-            });
+            };
+            let sent = if w.borrowed {
+                w.borrowed = false;
+                // SAFETY: a borrowed WQE is pumped only inside its ibv_post_send (`post`
+                // copies whatever is left before returning).
+                send(&unsafe { inline_parts(&std::mem::take(&mut w.local)) });
+                Ok(())
+            } else {
+                mem::with_gather(qp.pd.id, &w.local, send)
+            };
             if sent.is_err() {
                 w.fail = Some(IBV_WC_LOC_PROT_ERR);
                 continue;

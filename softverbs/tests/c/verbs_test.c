@@ -373,10 +373,15 @@ static int t_inline_and_bad_input(void)
 	memset(tmp, 0, sizeof(tmp)); /* buffer reusable at once */
 	struct ibv_wc wc;
 	CHECK(poll_n(b.cq, &wc, 1) == 1 && wc.status == 0 && !strcmp(b.buf, "inline-data-123"), "inline delivered");
-	char big[8192];
-	struct ibv_sge bs = { (uintptr_t)big, sizeof(big), 0 };
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	CHECK(!ibv_query_qp(a.qp, &qa, IBV_QP_CAP, &qi) && qa.cap.max_inline_data >= 16, "inline size queried");
+	size_t too_big = qa.cap.max_inline_data + 1;
+	char *big = calloc(1, too_big);
+	struct ibv_sge bs = { (uintptr_t)big, (uint32_t)too_big, 0 };
 	iw.sg_list = &bs;
 	CHECK(ibv_post_send(a.qp, &iw, &bad) == EINVAL, "inline too large");
+	free(big);
 	ep_fini(&a);
 	ep_fini(&b);
 	return 0;
@@ -796,6 +801,60 @@ static int t_bulk(void)
 	return 0;
 }
 
+static int t_inline_bulk(void)
+{
+	/* 32 inline 64 KiB WRITEs (2 MiB, more than the socket takes at once) from one
+	 * unregistered buffer that is overwritten after every post: each must arrive as it was
+	 * when posted, whether it left during the post or waited (copied) behind the others */
+	const uint32_t K64 = 64 * 1024;
+	struct ep a, b;
+	struct ibv_wc wc[32];
+	CHECK(!rc_pair_len(&a, &b, 64 * (size_t)K64), "setup");
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	CHECK(!ibv_query_qp(a.qp, &qa, IBV_QP_CAP, &qi) && qa.cap.max_inline_data >= K64, "RC inline %u", qa.cap.max_inline_data);
+	char *scratch = malloc(K64), *want = malloc(32 * (size_t)K64);
+	for (int i = 0; i < 32; i++) {
+		pattern(scratch, K64, 100 + i);
+		memcpy(want + (size_t)i * K64, scratch, K64);
+		struct ibv_sge s = { (uintptr_t)scratch, K64, 0 };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad;
+		wr.wr.rdma.remote_addr = (uintptr_t)b.buf + (size_t)i * K64;
+		wr.wr.rdma.rkey = b.mr->rkey;
+		CHECK(!ibv_post_send(a.qp, &wr, &bad), "inline write %d", i);
+		memset(scratch, 0xee, K64);
+	}
+	CHECK(poll_n(a.cq, wc, 32) == 32, "32 inline completions");
+	for (int i = 0; i < 32; i++)
+		CHECK(wc[i].status == 0 && wc[i].wr_id == (uint64_t)i && wc[i].byte_len == K64, "inline wc %d: %d", i, wc[i].status);
+	for (int i = 0; i < 32; i++)
+		CHECK(!memcmp(b.buf + (size_t)i * K64, want + (size_t)i * K64, K64), "inline write %d data as posted", i);
+	/* posted in SQD, it leaves only back in RTS, long after its buffer changed */
+	struct ibv_qp_attr st = { .qp_state = IBV_QPS_SQD };
+	CHECK(!ibv_modify_qp(a.qp, &st, IBV_QP_STATE), "to SQD");
+	pattern(scratch, K64, 7);
+	memcpy(want, scratch, K64);
+	struct ibv_sge s = { (uintptr_t)scratch, K64, 0 };
+	struct ibv_send_wr wr = { .wr_id = 40, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 32 * (size_t)K64;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	CHECK(!ibv_post_send(a.qp, &wr, &bad), "inline write in SQD");
+	memset(scratch, 0xee, K64);
+	usleep(20000);
+	CHECK(ibv_poll_cq(a.cq, 1, wc) == 0, "nothing leaves in SQD");
+	st.qp_state = IBV_QPS_RTS;
+	CHECK(!ibv_modify_qp(a.qp, &st, IBV_QP_STATE), "back to RTS");
+	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].wr_id == 40, "SQD inline completion: %d %d", (int)wc[0].status, (int)wc[0].wr_id);
+	CHECK(!memcmp(b.buf + 32 * (size_t)K64, want, K64), "SQD inline data as posted");
+	free(scratch);
+	free(want);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
 static int t_poll_then_idle(void)
 {
 	/* b busy-polls while messages arrive (its progress thread steps aside), then stops
@@ -978,6 +1037,7 @@ int main(void)
 	RUN(t_garbage_frames);
 	RUN(t_cq_overrun);
 	RUN(t_bulk);
+	RUN(t_inline_bulk);
 	RUN(t_poll_then_idle);
 	RUN(t_idle_no_spin);
 	RUN(t_threads);
