@@ -27,8 +27,9 @@ const BYTES_MASK: u64 = 0x0FFF_FFFF;
 /// Largest message a send makes; sends start at 2 KiB and double up to it.
 pub const RS_MAX_TRANSFER: usize = 65536;
 pub const RS_OLAP_START_SIZE: usize = 2048;
-/// Inline payloads are staged on the stack; larger inline limits are capped.
-const MAX_INLINE: u32 = 512;
+/// An inline payload split across the caller's buffers is gathered on the stack up to
+/// this size (a contiguous one goes from the caller's buffer as it is).
+const STACK_INLINE: usize = 512;
 const CTRL_AREA: usize = RS_QP_CTRL_SIZE as usize * SGE_LEN;
 
 fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
@@ -154,7 +155,8 @@ impl Conn {
             cq.destroy();
             Err(e)
         };
-        let sq_inline = attr.cap.max_inline_data.clamp(if msg_send { 4 } else { 0 }, MAX_INLINE);
+        // The QP's actual inline size, as upstream (softverbs grants 64 KiB: zero-copy sends).
+        let sq_inline = attr.cap.max_inline_data.clamp(if msg_send { 4 } else { 0 }, RS_MAX_TRANSFER as u32);
         let pd = id.pd();
         let rbuf_size = z.rbuf_size & !1;
         let local = IBV_ACCESS_LOCAL_WRITE;
@@ -412,22 +414,38 @@ impl Conn {
         self.data_avail == self.sq_size - RS_QP_CTRL_SIZE && self.ctrl_avail == RS_QP_CTRL_SIZE
     }
 
-    /// Stages up to `len` bytes of `src` for a write: inline from a stack copy,
-    /// or copied into the send ring (two SGEs when it wraps). Returns the SGEs,
-    /// whether they are inline, and the ring bytes used.
+    /// Whether the next `len` bytes of `src` go inline: from the caller's buffer when
+    /// contiguous, else gathered on the stack.
+    fn inline_ok(&self, src: &Gather, len: usize) -> bool {
+        len <= self.sq_inline as usize && (len <= STACK_INLINE || src.contiguous(len).is_some())
+    }
+
+    /// Stages up to `len` bytes of `src` for a write: inline (in place, or from a
+    /// stack copy), or copied into the send ring (two SGEs when it wraps). Returns the
+    /// SGEs, whether they are inline, and the ring bytes used.
     ///
     /// # Safety
-    /// `stack` outlives the returned SGEs' use; `src` segments are readable.
+    /// `stack` and `src`'s buffers outlive the returned SGEs' use; `src` segments are
+    /// readable.
     unsafe fn stage(
         &mut self,
         src: &mut Gather,
         len: usize,
-        stack: &mut [u8; MAX_INLINE as usize],
+        stack: &mut [u8; STACK_INLINE],
     ) -> (Vec<ibv_sge>, bool, usize) {
-        if len <= self.sq_inline as usize {
-            // SAFETY: stack holds MAX_INLINE ≥ sq_inline bytes.
-            unsafe { src.copy_to(stack.as_mut_ptr(), len) };
-            return (vec![ibv_sge { addr: stack.as_ptr() as u64, length: len as u32, lkey: 0 }], true, 0);
+        if self.inline_ok(src, len) {
+            let addr = match src.contiguous(len) {
+                Some(p) => {
+                    src.skip(len);
+                    p as u64
+                }
+                None => {
+                    // SAFETY: inline_ok: len ≤ STACK_INLINE.
+                    unsafe { src.copy_to(stack.as_mut_ptr(), len) };
+                    stack.as_ptr() as u64
+                }
+            };
+            return (vec![ibv_sge { addr, length: len as u32, lkey: 0 }], true, 0);
         }
         let lkey = self.sbuf.mr.lkey();
         let first = len.min(self.sbuf_size - self.spos);
@@ -460,7 +478,7 @@ impl Conn {
         if len == 0 {
             return Ok(0);
         }
-        let mut stack = [0u8; MAX_INLINE as usize];
+        let mut stack = [0u8; STACK_INLINE];
         // SAFETY: stack lives until the post below returns (inline data is copied at post).
         let (mut sges, inline, bytes) = unsafe { self.stage(src, len, &mut stack) };
         let m = msg(OP_DATA, len as u32);
@@ -496,13 +514,13 @@ impl Conn {
             Some(k) if len > self.sq_inline as usize => src.contiguous(len).map(|p| (p, k)),
             _ => None,
         };
-        if zero_copy.is_none() && len > self.sq_inline as usize {
+        if zero_copy.is_none() && !self.inline_ok(src, len) {
             len = len.min(self.sbuf_avail);
         }
         if len == 0 {
             return Ok(0);
         }
-        let mut stack = [0u8; MAX_INLINE as usize];
+        let mut stack = [0u8; STACK_INLINE];
         let (mut sges, inline, bytes) = match zero_copy {
             Some((p, k)) => {
                 src.skip(len);
@@ -547,7 +565,7 @@ impl Conn {
             return self.post_msg_write(pool, &mut s, false, 0, m, raddr, rkey);
         }
         let mut g = Gather::new(super::iov::Segs::One([super::iov::Seg { ptr: data.as_ptr() as *mut u8, len: data.len() }]));
-        let mut stack = [0u8; MAX_INLINE as usize];
+        let mut stack = [0u8; STACK_INLINE];
         // SAFETY: stack lives until the post returns; `data` is readable.
         let (mut sges, inline, bytes) = unsafe { self.stage(&mut g, data.len(), &mut stack) };
         let r = self.post_msg_write(pool, &mut sges, inline, bytes, m, raddr, rkey);
