@@ -1,8 +1,10 @@
 #!/bin/bash
 # make bench, rsockets part: Debian's rstream with 64 KiB transfers over
 # rsockets on the soft RDMA fabric against the same program over kernel TCP
-# (`rstream -T s`) on the same host. Prints a table of ratios; timings are
-# reported, never asserted.
+# (`rstream -T s`) on the same host. The two alternate for ROUNDS rounds (a
+# shared machine's speed drifts between runs; a single pair of runs can be off
+# by 2x), and the table shows each side's median and the min/median/max of the
+# per-round ratios. Timings are reported, never asserted.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/soft/lib.sh
@@ -11,27 +13,48 @@ out=build/bench; mkdir -p "$out"
 A=127.0.0.1
 COUNT=${COUNT:-20000}
 ITER=${ITER:-5000}
+ROUNDS=${ROUNDS:-5}
+port=8401
 
-run() { # NAME PORT "args": client output in $out/NAME.txt
-	local name=$1 port=$2
-	timeout 180 "$L" rstream -p "$port" $3 > "$out/$name.server.txt" 2>&1 &
+run() { # NAME "args": client output in $out/NAME.txt
+	local name=$1
+	timeout 180 "$L" rstream -p "$port" $2 > "$out/$name.server.txt" 2>&1 &
 	local spid=$!
 	wait_port "$port"
-	timeout 180 "$L" rstream -s $A -p "$port" $3 > "$out/$name.txt" 2>&1
+	timeout 180 "$L" rstream -s $A -p "$port" $2 > "$out/$name.txt" 2>&1
 	wait $spid 2>/dev/null
+	port=$((port + 1))
 }
-# columns: name bytes xfers iters total time Gb/sec usec/xfer
-gbps() { awk '$1 == "custom" {print $7}' "$1"; }
-usec() { awk '$1 == "custom" {print $8}' "$1"; }
-r() { python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)) if a and b and float(b) else 'n/a')" "$1" "$2"; }
+# rstream's columns: name bytes xfers iters total time Gb/sec usec/xfer
+field() { awk -v n="$2" '$1 == "custom" {print $n}' "$1"; }
 
-run rs_bw 8401 "-S 65536 -C $COUNT"
-run tcp_bw 8402 "-T s -S 65536 -C $COUNT"
-run rs_lat 8403 "-S 65536 -I $ITER -C 1"
-run tcp_lat 8404 "-T s -S 65536 -I $ITER -C 1"
+: > "$out/rstream-rounds.txt"
+for i in $(seq "$ROUNDS"); do
+	run rs_bw "-S 65536 -C $COUNT"
+	run tcp_bw "-T s -S 65536 -C $COUNT"
+	run rs_lat "-S 65536 -I $ITER -C 1"
+	run tcp_lat "-T s -S 65536 -I $ITER -C 1"
+	echo "$i $(field "$out/rs_bw.txt" 7) $(field "$out/tcp_bw.txt" 7)" \
+		"$(field "$out/rs_lat.txt" 8) $(field "$out/tcp_lat.txt" 8)" >> "$out/rstream-rounds.txt"
+done
 
-rb=$(gbps "$out/rs_bw.txt"); tb=$(gbps "$out/tcp_bw.txt")
-rl=$(usec "$out/rs_lat.txt"); tl=$(usec "$out/tcp_lat.txt")
-printf '%-40s %12s %12s %8s\n' "rstream, 64 KiB transfers" "rsockets" "TCP (-T s)" "ratio"
-printf '%-40s %12s %12s %8s\n' "bandwidth ($COUNT xfers, Gb/s)" "${rb:-n/a}" "${tb:-n/a}" "$(r "$rb" "$tb")"
-printf '%-40s %12s %12s %8s\n' "latency ($ITER round trips, us/xfer)" "${rl:-n/a}" "${tl:-n/a}" "$(r "$rl" "$tl")"
+python3 - "$out/rstream-rounds.txt" "$COUNT" "$ITER" <<'EOF'
+import statistics, sys
+path, count, iters = sys.argv[1:]
+rows = [l.split() for l in open(path)]
+def col(i):
+    try:
+        return [float(r[i]) for r in rows if len(r) == 5]
+    except ValueError:
+        return []
+def line(name, a, b):
+    ratios = [x / y for x, y in zip(a, b) if y]
+    if len(ratios) != len(rows):
+        print('%-40s %12s %12s  %s' % (name, 'n/a', 'n/a', 'a run failed: see build/bench/rstream-rounds.txt'))
+        return
+    print('%-40s %12.2f %12.2f  %.2f / %.2f / %.2f' % (name, statistics.median(a), statistics.median(b),
+          min(ratios), statistics.median(ratios), max(ratios)))
+print('%-40s %12s %12s  %s' % ('rstream, 64 KiB transfers (%d rounds)' % len(rows), 'rsockets', 'TCP (-T s)', 'ratio min / median / max'))
+line('bandwidth (%s xfers, Gb/s)' % count, col(1), col(2))
+line('latency (%s round trips, us/xfer)' % iters, col(3), col(4))
+EOF
