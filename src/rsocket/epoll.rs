@@ -4,6 +4,7 @@
 //! checked like rpoll checks them (EPOLLET reports a change of the rsocket's
 //! state since the last report, EPOLLONESHOT disarms until EPOLL_CTL_MOD).
 
+use super::poll::Sleep;
 use super::{get, Sock};
 use crate::cm::registry::lock;
 use crate::sys::{cerr, Errno, Result};
@@ -198,9 +199,9 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
             return Ok(n as i32);
         }
         let socks: Vec<Sock> = lock(&set.entries).values().filter(|e| !e.disabled).map(|e| e.sock.clone()).collect();
-        let mut fds = vec![libc::pollfd { fd: epfd, events: libc::POLLIN, revents: 0 }];
+        let mut sleep = Sleep::new(vec![libc::pollfd { fd: epfd, events: libc::POLLIN, revents: 0 }]);
         for s in &socks {
-            s.prepare(&mut fds);
+            sleep.add(s);
         }
         let mut slice = cfg.wake_up_interval_ms;
         if let Some(d) = deadline {
@@ -208,13 +209,11 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
         }
         let n = scan(&set, out);
         if n > 0 {
-            socks.iter().for_each(|s| s.finish());
+            sleep.finish(false);
             return Ok(n as i32);
         }
-        // SAFETY: a live pollfd array.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
-        let err = Errno::last();
-        socks.iter().for_each(|s| s.finish());
+        let (r, err) = sleep.poll(slice);
+        sleep.finish(r >= 0);
         if r < 0 && err.0 == libc::EINTR {
             return Err(err);
         }

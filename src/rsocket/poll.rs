@@ -32,13 +32,47 @@ impl Sock {
         }
     }
 
-    pub fn finish(&self) {
+    /// `polled`: this rsocket's entries after the poll(2) (None: no sleep).
+    pub fn finish(&self, polled: Option<&[libc::pollfd]>) {
         match self {
             Sock::Stream(s) => {
                 let mut st = s.lock();
-                s.finish(&mut st, &[]);
+                s.finish(&mut st, polled);
             }
             Sock::Dgram(d) => d.finish(),
+        }
+    }
+}
+
+/// A sleep on several rsockets: `add` each one's entries after the caller's
+/// own, then `finish` hands each rsocket its entries.
+pub struct Sleep<'a> {
+    pub fds: Vec<libc::pollfd>,
+    socks: Vec<(&'a Sock, usize)>,
+}
+
+impl<'a> Sleep<'a> {
+    pub fn new(fds: Vec<libc::pollfd>) -> Self {
+        Sleep { fds, socks: Vec::new() }
+    }
+
+    pub fn add(&mut self, s: &'a Sock) {
+        self.socks.push((s, self.fds.len()));
+        s.prepare(&mut self.fds);
+    }
+
+    /// Sleeps in poll(2) for at most `ms`; returns its result and errno.
+    pub fn poll(&mut self, ms: i32) -> (i32, crate::sys::Errno) {
+        // SAFETY: a live pollfd array.
+        let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        (r, crate::sys::Errno::last())
+    }
+
+    /// `slept`: whether `poll` ran and succeeded (its revents are valid).
+    pub fn finish(&self, slept: bool) {
+        for (i, &(s, start)) in self.socks.iter().enumerate() {
+            let end = self.socks.get(i + 1).map_or(self.fds.len(), |n| n.1);
+            s.finish(slept.then(|| &self.fds[start..end]));
         }
     }
 }
@@ -98,14 +132,13 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
             std::hint::spin_loop();
             continue;
         }
-        let mut wait: Vec<libc::pollfd> =
-            plain.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect();
+        let mut wait = Sleep::new(plain.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect());
         for s in socks.iter().flatten() {
-            s.prepare(&mut wait);
+            wait.add(s);
         }
         let n = scan(fds, &socks, &mut plain, &idx)?;
         if n > 0 {
-            socks.iter().flatten().for_each(|s| s.finish());
+            wait.finish(false);
             return Ok(n);
         }
         let mut slice = cfg.wake_up_interval_ms;
@@ -113,10 +146,8 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
             let left = d.saturating_duration_since(Instant::now());
             slice = slice.min(left.as_millis() as i32 + if left.as_nanos() % 1_000_000 != 0 { 1 } else { 0 });
         }
-        // SAFETY: a live pollfd array.
-        let r = unsafe { libc::poll(wait.as_mut_ptr(), wait.len() as libc::nfds_t, slice) };
-        let err = crate::sys::Errno::last();
-        socks.iter().flatten().for_each(|s| s.finish());
+        let (r, err) = wait.poll(slice);
+        wait.finish(r >= 0);
         if r < 0 && err.0 == libc::EINTR {
             return Err(err);
         }

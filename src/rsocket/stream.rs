@@ -512,7 +512,7 @@ impl Stream {
             self.prepare(&mut st, &mut fds);
             self.progress(&mut st);
             if ready(&st) || st.phase == Phase::Closed {
-                self.finish(&mut st, &fds);
+                self.finish(&mut st, None);
                 continue;
             }
             let mut slice = cfg.wake_up_interval_ms;
@@ -521,9 +521,9 @@ impl Stream {
             }
             drop(st);
             // SAFETY: a live pollfd array.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
             st = self.lock();
-            self.finish(&mut st, &fds);
+            self.finish(&mut st, (r >= 0).then_some(&fds[..]));
         }
     }
 
@@ -549,15 +549,31 @@ impl Stream {
         }
     }
 
-    pub fn finish(&self, st: &mut St, _fds: &[libc::pollfd]) {
+    /// `polled`: the entries `prepare` added, with the revents of the poll(2) that
+    /// slept on them; None when the caller did not sleep. What that poll
+    /// reported needs no second look (a `poll` of the CM fd, a `read` that
+    /// finds no completion event): each costs a syscall on every sleep.
+    pub fn finish(&self, st: &mut St, polled: Option<&[libc::pollfd]>) {
         st.waiters = st.waiters.saturating_sub(1);
         if st.waiters == 0 {
             self.wake.lower();
         }
+        let ready = |fd: i32| polled.is_some_and(|p| p.iter().any(|p| p.fd == fd && p.revents != 0));
         if let Some(c) = st.conn.as_mut() {
-            c.cq.consume_events();
+            match polled {
+                // One event per arming: at most one is pending.
+                Some(_) if ready(c.cq.fd()) => c.cq.consume_event(),
+                Some(_) => {}
+                None => {
+                    c.cq.consume_events();
+                }
+            }
         }
-        if st.id.is_some() && st.phase.connected() && readable_now(self.fd) {
+        let cm = match polled {
+            Some(_) => ready(self.fd),
+            None => readable_now(self.fd),
+        };
+        if st.id.is_some() && st.phase.connected() && cm {
             st.cm_pending = true;
         }
     }
@@ -772,7 +788,6 @@ impl Stream {
                 return Err(st.send_error());
             }
         }
-        self.progress(&mut st);
         Ok(sent)
     }
 
@@ -831,8 +846,12 @@ impl Stream {
                 }
                 return Ok(0);
             }
+            if nonblock && got == 0 {
+                // Progress just ran (a busy caller repeats this call: one CQ poll each).
+                return Err(Errno::EAGAIN);
+            }
             let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
-            match self.wait(st, nonblock && got == 0, deadline, |s| s.have_data() || !s.readable || s.phase != Phase::Open)
+            match self.wait(st, false, deadline, |s| s.have_data() || !s.readable || s.phase != Phase::Open)
             {
                 Ok(g) => st = g,
                 Err(_) if got > 0 => return Ok(got),

@@ -177,23 +177,37 @@ impl Cq {
     /// Reads the pending completion events, if any (never blocks).
     pub fn consume_events(&mut self) -> bool {
         let mut got = false;
-        loop {
-            let mut cq = std::ptr::null_mut();
-            let mut ctx = std::ptr::null_mut();
-            // SAFETY: our channel, whose fd is non-blocking.
-            if unsafe { ibv_get_cq_event(self.chan, &mut cq, &mut ctx) } != 0 {
-                break;
-            }
+        while self.read_event() {
             got = true;
-            self.armed = false;
-            self.unacked += 1;
         }
+        self.ack_some();
+        got
+    }
+
+    /// Reads the one event a poll(2) of the channel fd reported.
+    pub fn consume_event(&mut self) {
+        self.read_event();
+        self.ack_some();
+    }
+
+    fn read_event(&mut self) -> bool {
+        let mut cq = std::ptr::null_mut();
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: our channel, whose fd is non-blocking.
+        if unsafe { ibv_get_cq_event(self.chan, &mut cq, &mut ctx) } != 0 {
+            return false;
+        }
+        self.armed = false;
+        self.unacked += 1;
+        true
+    }
+
+    fn ack_some(&mut self) {
         if self.unacked >= 32 {
             // SAFETY: events of this CQ we read above.
             unsafe { ibv_ack_cq_events(self.cq, self.unacked) };
             self.unacked = 0;
         }
-        got
     }
 
     /// Acks what was read and destroys the CQ and its channel.
