@@ -31,8 +31,7 @@ pub mod wire;
 use crate::sys::{Errno, Result};
 use dgram::Dgram;
 use iov::{Gather, Scatter, Segs};
-use crate::cm::registry::KeyMap;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, RwLock};
 use stream::Stream;
 
 /// One rsocket.
@@ -52,15 +51,27 @@ impl Sock {
     }
 }
 
-// Looked up on every call: the library's cheap hasher (numbers nobody can choose to collide).
-static TABLE: LazyLock<RwLock<KeyMap<i32, Sock>>> = LazyLock::new(|| RwLock::new(KeyMap::default()));
+/// The rsockets by number. A number is an fd the library holds open, so numbers are
+/// small and dense: a slot per fd, looked up on every call without hashing.
+struct Table {
+    slots: Vec<Option<Sock>>,
+    live: usize,
+}
+
+static TABLE: RwLock<Table> = RwLock::new(Table { slots: Vec::new(), live: 0 });
+
+fn table() -> std::sync::RwLockReadGuard<'static, Table> {
+    TABLE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn table_mut() -> std::sync::RwLockWriteGuard<'static, Table> {
+    TABLE.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The rsocket behind a number, if it is one.
 pub fn get(fd: i32) -> Option<Sock> {
-    if fd < 0 {
-        return None;
-    }
-    TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()
+    let i = usize::try_from(fd).ok()?;
+    table().slots.get(i)?.clone()
 }
 
 fn sock(fd: i32) -> Result<Sock> {
@@ -68,16 +79,29 @@ fn sock(fd: i32) -> Result<Sock> {
 }
 
 fn insert(fd: i32, s: Sock) {
-    TABLE.write().unwrap_or_else(|e| e.into_inner()).insert(fd, s);
+    let Ok(i) = usize::try_from(fd) else { return };
+    let mut t = table_mut();
+    if t.slots.len() <= i {
+        t.slots.resize_with(i + 1, || None);
+    }
+    if t.slots[i].replace(s).is_none() {
+        t.live += 1;
+    }
 }
 
 fn remove(fd: i32) -> Option<Sock> {
-    TABLE.write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+    let i = usize::try_from(fd).ok()?;
+    let mut t = table_mut();
+    let s = t.slots.get_mut(i)?.take();
+    if s.is_some() {
+        t.live -= 1;
+    }
+    s
 }
 
 /// Whether the table has any rsocket (rpoll's fast path skips lookups when not).
 pub fn any() -> bool {
-    !TABLE.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+    table().live > 0
 }
 
 pub fn socket(domain: i32, ty: i32, protocol: i32) -> Result<i32> {
