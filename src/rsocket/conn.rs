@@ -30,6 +30,32 @@ pub const RS_OLAP_START_SIZE: usize = 2048;
 /// An inline payload split across the caller's buffers is gathered on the stack up to
 /// this size (a contiguous one goes from the caller's buffer as it is).
 const STACK_INLINE: usize = 512;
+/// The SGEs of one write: at most two (a staged copy wraps around the send ring
+/// once). Held inline: a send must not allocate.
+pub struct Sges {
+    s: [ibv_sge; 2],
+    n: usize,
+}
+
+impl Sges {
+    fn one(s: ibv_sge) -> Self {
+        Sges { s: [s, ibv_sge { addr: 0, length: 0, lkey: 0 }], n: 1 }
+    }
+
+    fn push(&mut self, s: ibv_sge) {
+        self.s[self.n] = s;
+        self.n += 1;
+    }
+
+    fn as_mut(&mut self) -> &mut [ibv_sge] {
+        &mut self.s[..self.n]
+    }
+}
+
+/// Stack room for an inline payload gathered from split buffers (not zeroed: only
+/// the bytes copied in are read).
+type Stack = std::mem::MaybeUninit<[u8; STACK_INLINE]>;
+
 const CTRL_AREA: usize = RS_QP_CTRL_SIZE as usize * SGE_LEN;
 
 fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
@@ -431,27 +457,30 @@ impl Conn {
         &mut self,
         src: &mut Gather,
         len: usize,
-        stack: &mut [u8; STACK_INLINE],
-    ) -> (Vec<ibv_sge>, bool, usize) {
-        if self.inline_ok(src, len) {
+        stack: &mut Stack,
+    ) -> (Sges, bool, usize) {
+        if len <= self.sq_inline as usize {
             let addr = match src.contiguous(len) {
                 Some(p) => {
                     src.skip(len);
-                    p as u64
+                    Some(p as u64)
                 }
-                None => {
-                    // SAFETY: inline_ok: len ≤ STACK_INLINE.
-                    unsafe { src.copy_to(stack.as_mut_ptr(), len) };
-                    stack.as_ptr() as u64
+                None if len <= STACK_INLINE => {
+                    // SAFETY: the stack holds STACK_INLINE bytes.
+                    unsafe { src.copy_to(stack.as_mut_ptr().cast(), len) };
+                    Some(stack.as_ptr() as u64)
                 }
+                None => None,
             };
-            return (vec![ibv_sge { addr, length: len as u32, lkey: 0 }], true, 0);
+            if let Some(addr) = addr {
+                return (Sges::one(ibv_sge { addr, length: len as u32, lkey: 0 }), true, 0);
+            }
         }
         let lkey = self.sbuf.mr.lkey();
         let first = len.min(self.sbuf_size - self.spos);
         // SAFETY: spos + first ≤ sbuf_size, inside sbuf.
         unsafe { src.copy_to(self.sbuf.ptr().add(self.spos), first) };
-        let mut sges = vec![ibv_sge { addr: self.sbuf.addr() + self.spos as u64, length: first as u32, lkey }];
+        let mut sges = Sges::one(ibv_sge { addr: self.sbuf.addr() + self.spos as u64, length: first as u32, lkey });
         if len > first {
             // SAFETY: the wrapped part starts at the ring's beginning; len - first ≤ free space.
             unsafe { src.copy_to(self.sbuf.ptr(), len - first) };
@@ -478,11 +507,11 @@ impl Conn {
         if len == 0 {
             return Ok(0);
         }
-        let mut stack = [0u8; STACK_INLINE];
+        let mut stack = Stack::uninit();
         // SAFETY: stack lives until the post below returns (inline data is copied at post).
         let (mut sges, inline, bytes) = unsafe { self.stage(src, len, &mut stack) };
         let m = msg(OP_DATA, len as u32);
-        let r = self.post_msg_write(POOL_DATA, &mut sges, inline, bytes, m, t.addr, t.key);
+        let r = self.post_msg_write(POOL_DATA, sges.as_mut(), inline, bytes, m, t.addr, t.key);
         if let Err(e) = r {
             self.unstage(bytes);
             return Err(e);
@@ -520,11 +549,11 @@ impl Conn {
         if len == 0 {
             return Ok(0);
         }
-        let mut stack = [0u8; STACK_INLINE];
+        let mut stack = Stack::uninit();
         let (mut sges, inline, bytes) = match zero_copy {
             Some((p, k)) => {
                 src.skip(len);
-                (vec![ibv_sge { addr: p as u64, length: len as u32, lkey: k }], false, 0)
+                (Sges::one(ibv_sge { addr: p as u64, length: len as u32, lkey: k }), false, 0)
             }
             // SAFETY: stack lives until the post below returns.
             None => unsafe { self.stage(src, len, &mut stack) },
@@ -532,8 +561,9 @@ impl Conn {
         // SAFETY: all-zero is a valid work request.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id(POOL_DATA, bytes, msg(OP_WRITE, 0));
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = sges.len() as i32;
+        let sg = sges.as_mut();
+        wr.sg_list = sg.as_mut_ptr();
+        wr.num_sge = sg.len() as i32;
         wr.opcode = IBV_WR_RDMA_WRITE;
         wr.send_flags = if inline { IBV_SEND_INLINE } else { 0 };
         wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
@@ -565,10 +595,10 @@ impl Conn {
             return self.post_msg_write(pool, &mut s, false, 0, m, raddr, rkey);
         }
         let mut g = Gather::new(super::iov::Segs::One([super::iov::Seg { ptr: data.as_ptr() as *mut u8, len: data.len() }]));
-        let mut stack = [0u8; STACK_INLINE];
+        let mut stack = Stack::uninit();
         // SAFETY: stack lives until the post returns; `data` is readable.
         let (mut sges, inline, bytes) = unsafe { self.stage(&mut g, data.len(), &mut stack) };
-        let r = self.post_msg_write(pool, &mut sges, inline, bytes, m, raddr, rkey);
+        let r = self.post_msg_write(pool, sges.as_mut(), inline, bytes, m, raddr, rkey);
         if r.is_err() {
             self.unstage(bytes);
         }
@@ -730,7 +760,10 @@ impl Conn {
             // SAFETY: a message lies inside one half of rbuf: off + n ≤ rbuf_size.
             unsafe { dst.copy_from(self.rbuf.ptr().add(off), n) };
             copied += n;
-            off = (off + n) % self.rbuf_size;
+            off += n;
+            if off >= self.rbuf_size {
+                off -= self.rbuf_size;
+            }
             if peek {
                 if n < mlen {
                     break;
