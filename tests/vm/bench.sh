@@ -11,7 +11,12 @@
 # C) and the absolute medians.  Timings are reported, never asserted; the
 # exit status is non-zero only if a program failed (either library).
 # Knobs: BENCH_ROUNDS (5), BENCH_CONNS (100), BENCH_PINGS (1000),
-# BENCH_RESULTS (raw data + logs; default /tmp/bench-vm).
+# BENCH_RESULTS (raw data + logs; default /tmp/bench-vm), BENCH_NOASLR=1
+# (every program under `setarch -R`, both libraries: qemu's TCG keys its
+# translated code by virtual address, so with address randomisation each new
+# process translates every library function again on its first call, which
+# costs the bigger library more; without it, later processes reuse the
+# translations made by the warm-up and the table compares steady speed).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
@@ -21,6 +26,8 @@ PINGS=${BENCH_PINGS:-1000}
 RES=${BENCH_RESULTS:-/tmp/bench-vm}
 OURS=$ROOT/build/lib
 T_CMTIME=60 T_RPING=180
+SETARCH=""
+[ "${BENCH_NOASLR:-0}" = 1 ] && SETARCH="setarch -R"
 mkdir -p "$RES"
 DATA=$RES/data.txt       # "lib round step value unit" lines
 : >"$DATA"
@@ -48,13 +55,13 @@ stop_server() {
 # run LIB ROUND NAME TIMEOUT SERVER-CMD CLIENT-CMD PERSISTENT -> sets crc, src, wall
 run_pair() {
 	local lib=$1 round=$2 name=$3 t=$4 srv=$5 cli=$6 persistent=$7 sp t0 t1 tag=$3.$1.$2
-	env $(libenv "$lib") timeout -k 5 "$t" $srv >"$RES/$tag.srv" 2>&1 &
+	env $(libenv "$lib") timeout -k 5 "$t" $SETARCH $srv >"$RES/$tag.srv" 2>&1 &
 	sp=$!
 	if ! wait_listen "${srv%% *}"; then
 		say "  ($tag: the server did not listen within 10 s; starting the client anyway)"
 	fi
 	t0=$(now)
-	env $(libenv "$lib") timeout -k 5 "$t" $cli >"$RES/$tag.cli" 2>&1
+	env $(libenv "$lib") timeout -k 5 "$t" $SETARCH $cli >"$RES/$tag.cli" 2>&1
 	crc=$?
 	t1=$(now)
 	wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
@@ -94,7 +101,7 @@ bench_rping() {  # LIB ROUND
 	say "  rping -C $PINGS ($1, round $2): client wall ${wall} s"
 }
 
-say "bench-vm: kernel $(uname -r), devices: $(ls /sys/class/infiniband | tr '\n' ' ')ip $IP, $(nproc) vCPUs; rounds $ROUNDS, cmtime -c $CONNS, rping -C $PINGS"
+say "bench-vm: kernel $(uname -r), devices: $(ls /sys/class/infiniband | tr '\n' ' ')ip $IP, $(nproc) vCPUs; rounds $ROUNDS, cmtime -c $CONNS, rping -C $PINGS${SETARCH:+; address randomisation off ($SETARCH)}"
 say "  C = Debian's $(readlink -f /usr/lib/x86_64-linux-gnu/librdmacm.so.1); ours = $OURS/librdmacm.so.1"
 tb=$(now)
 # Warm-up (not counted): binaries and libraries come over 9p on first use.
