@@ -83,8 +83,32 @@ pub fn check_wr(qp: &Qp, w: &ibv_send_wr) -> Result<(), Errno> {
 ///
 /// # Safety
 /// `wr` must be a valid NULL-terminated `ibv_send_wr` list (the verbs contract).
-pub unsafe fn post(qp: &Arc<Qp>, mut wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_send_wr, Errno)> {
+pub unsafe fn post(qp: &Arc<Qp>, wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_send_wr, Errno)> {
     let mut st = crate::core::registry::lock(&qp.st);
+    // SAFETY: forwarded caller guarantee.
+    let r = unsafe { queue(qp, &mut st, wr) };
+    // The WRs before a refused one are posted: they leave now, as a full list would.
+    if st.state == IBV_QPS_RTS {
+        pump(qp, &mut st);
+    }
+    // Inline payloads the socket did not take yet: the buffers go back to the application.
+    let sent = st.sent;
+    for w in st.sq.iter_mut().skip(sent).filter(|w| w.borrowed) {
+        w.borrowed = false;
+        if let Some(h) = w.gather.take() {
+            // SAFETY: still inside ibv_post_send, the application's buffers are readable.
+            w.frame = Some(h.frame(&unsafe { inline_bytes(&w.local) }));
+        }
+        w.local = Vec::new();
+    }
+    r
+}
+
+/// Queues the WRs of `wr` in order; Err names the first one refused.
+///
+/// # Safety
+/// As for [`post`].
+unsafe fn queue(qp: &Qp, st: &mut QpState, mut wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_send_wr, Errno)> {
     while !wr.is_null() {
         // SAFETY: caller guarantees a valid list.
         let w = unsafe { &*wr };
@@ -102,22 +126,9 @@ pub unsafe fn post(qp: &Arc<Qp>, mut wr: *mut ibv_send_wr) -> Result<(), (*mut i
             return Err((wr, Errno::ENOMEM));
         }
         // SAFETY: check_wr verified sg_list/num_sge; the list is the caller's valid memory.
-        let wqe = unsafe { build(qp, &mut st, w) }.map_err(|e| (wr, e))?;
+        let wqe = unsafe { build(qp, st, w) }.map_err(|e| (wr, e))?;
         st.sq.push_back(wqe);
         wr = w.next;
-    }
-    if st.state == IBV_QPS_RTS {
-        pump(qp, &mut st);
-    }
-    // Inline payloads the socket did not take yet: the buffers go back to the application.
-    let sent = st.sent;
-    for w in st.sq.iter_mut().skip(sent).filter(|w| w.borrowed) {
-        w.borrowed = false;
-        if let Some(h) = w.gather.take() {
-            // SAFETY: still inside ibv_post_send, the application's buffers are readable.
-            w.frame = Some(h.frame(&unsafe { inline_bytes(&w.local) }));
-        }
-        w.local = Vec::new();
     }
     Ok(())
 }

@@ -813,7 +813,7 @@ static int t_inline_bulk(void)
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;
 	CHECK(!ibv_query_qp(a.qp, &qa, IBV_QP_CAP, &qi) && qa.cap.max_inline_data >= K64, "RC inline %u", qa.cap.max_inline_data);
-	char *scratch = malloc(K64), *want = malloc(32 * (size_t)K64);
+	char *scratch = malloc(K64 + 1), *want = malloc(32 * (size_t)K64);
 	for (int i = 0; i < 32; i++) {
 		pattern(scratch, K64, 100 + i);
 		memcpy(want + (size_t)i * K64, scratch, K64);
@@ -840,7 +840,13 @@ static int t_inline_bulk(void)
 				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad;
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 32 * (size_t)K64;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	CHECK(!ibv_post_send(a.qp, &wr, &bad), "inline write in SQD");
+	/* ... chained before a WR that is refused: the first stays posted, with its data */
+	struct ibv_sge big = { (uintptr_t)scratch, K64 + 1, 0 };
+	struct ibv_send_wr refused = { .wr_id = 41, .sg_list = &big, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				       .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE };
+	refused.wr.rdma = wr.wr.rdma;
+	wr.next = &refused;
+	CHECK(ibv_post_send(a.qp, &wr, &bad) == EINVAL && bad == &refused, "inline write in SQD, then one refused");
 	memset(scratch, 0xee, K64);
 	usleep(20000);
 	CHECK(ibv_poll_cq(a.cq, 1, wc) == 0, "nothing leaves in SQD");
@@ -848,6 +854,8 @@ static int t_inline_bulk(void)
 	CHECK(!ibv_modify_qp(a.qp, &st, IBV_QP_STATE), "back to RTS");
 	CHECK(poll_n(a.cq, wc, 1) == 1 && wc[0].status == 0 && wc[0].wr_id == 40, "SQD inline completion: %d %d", (int)wc[0].status, (int)wc[0].wr_id);
 	CHECK(!memcmp(b.buf + 32 * (size_t)K64, want, K64), "SQD inline data as posted");
+	usleep(20000);
+	CHECK(ibv_poll_cq(a.cq, 1, wc) == 0, "the refused WR never completes");
 	free(scratch);
 	free(want);
 	ep_fini(&a);
