@@ -403,7 +403,15 @@ impl Conn {
         send.num_sge = 1;
         send.opcode = IBV_WR_SEND;
         send.send_flags = IBV_SEND_INLINE;
-        post_send(self.qp, &mut send)
+        let r = post_send(self.qp, &mut send);
+        if r.is_err() && len > 0 {
+            // The WRITE is posted and gives its ring bytes back when it completes, so the
+            // caller must count the message as sent; without its SEND the peer never sees
+            // it: the connection is broken (its flushed completions report the error).
+            super::verbs::qp_to_error(self.qp);
+            return Ok(());
+        }
+        r
     }
 
     /// Whether a data message can go now (rsocket.md §4 "Send").

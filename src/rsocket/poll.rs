@@ -45,15 +45,23 @@ impl Sock {
 }
 
 /// A sleep on several rsockets: `add` each one's entries after the caller's
-/// own, then `finish` hands each rsocket its entries.
+/// own, then `finish` hands each rsocket its entries (on drop at the latest, so
+/// an early return cannot leave a rsocket counting a sleeper that left).
 pub struct Sleep<'a> {
     pub fds: Vec<libc::pollfd>,
     socks: Vec<(&'a Sock, usize)>,
+    finished: bool,
+}
+
+impl Drop for Sleep<'_> {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
 }
 
 impl<'a> Sleep<'a> {
     pub fn new(fds: Vec<libc::pollfd>) -> Self {
-        Sleep { fds, socks: Vec::new() }
+        Sleep { fds, socks: Vec::new(), finished: false }
     }
 
     pub fn add(&mut self, s: &'a Sock) {
@@ -68,8 +76,11 @@ impl<'a> Sleep<'a> {
         (r, crate::sys::Errno::last())
     }
 
-    /// `slept`: whether `poll` ran and succeeded (its revents are valid).
-    pub fn finish(&self, slept: bool) {
+    /// `slept`: whether `poll` ran and succeeded (its revents are valid). Once.
+    pub fn finish(&mut self, slept: bool) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
         for (i, &(s, start)) in self.socks.iter().enumerate() {
             let end = self.socks.get(i + 1).map_or(self.fds.len(), |n| n.1);
             s.finish(slept.then(|| &self.fds[start..end]));

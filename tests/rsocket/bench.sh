@@ -34,22 +34,26 @@ for i in $(seq "$ROUNDS"); do
 	run tcp_bw "-T s -S 65536 -C $COUNT"
 	run rs_lat "-S 65536 -I $ITER -C 1"
 	run tcp_lat "-T s -S 65536 -I $ITER -C 1"
-	echo "$i $(field "$out/rs_bw.txt" 7) $(field "$out/tcp_bw.txt" 7)" \
-		"$(field "$out/rs_lat.txt" 8) $(field "$out/tcp_lat.txt" 8)" >> "$out/rstream-rounds.txt"
+	# a run without a result row leaves "-" in its column
+	rb=$(field "$out/rs_bw.txt" 7) tb=$(field "$out/tcp_bw.txt" 7)
+	rl=$(field "$out/rs_lat.txt" 8) tl=$(field "$out/tcp_lat.txt" 8)
+	echo "$i ${rb:--} ${tb:--} ${rl:--} ${tl:--}" >> "$out/rstream-rounds.txt"
 done
 
 python3 - "$out/rstream-rounds.txt" "$COUNT" "$ITER" <<'EOF'
 import statistics, sys
 path, count, iters = sys.argv[1:]
 rows = [l.split() for l in open(path)]
-def col(i):
+def num(v):
     try:
-        return [float(r[i]) for r in rows if len(r) == 5]
+        return float(v)
     except ValueError:
-        return []
+        return None
+def col(i):
+    return [num(r[i]) if len(r) == 5 else None for r in rows]
 def line(name, a, b):
-    ratios = [x / y for x, y in zip(a, b) if y]
-    if len(ratios) != len(rows):
+    ratios = [x / y for x, y in zip(a, b) if x is not None and y]
+    if not rows or len(ratios) != len(rows):
         print('%-40s %12s %12s  %s' % (name, 'n/a', 'n/a', 'a run failed: see build/bench/rstream-rounds.txt'))
         return
     print('%-40s %12.2f %12.2f  %.2f / %.2f / %.2f' % (name, statistics.median(a), statistics.median(b),

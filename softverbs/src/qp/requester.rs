@@ -85,13 +85,18 @@ pub fn check_wr(qp: &Qp, w: &ibv_send_wr) -> Result<(), Errno> {
 /// `wr` must be a valid NULL-terminated `ibv_send_wr` list (the verbs contract).
 pub unsafe fn post(qp: &Arc<Qp>, wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_send_wr, Errno)> {
     let mut st = crate::core::registry::lock(&qp.st);
-    // SAFETY: forwarded caller guarantee.
-    let r = unsafe { queue(qp, &mut st, wr) };
-    // The WRs before a refused one are posted: they leave now, as a full list would.
-    if st.state == IBV_QPS_RTS {
-        pump(qp, &mut st);
-    }
-    // Inline payloads the socket did not take yet: the buffers go back to the application.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: forwarded caller guarantee.
+        let r = unsafe { queue(qp, &mut st, wr) };
+        // The WRs before a refused one are posted: they leave now, as a full list would.
+        if st.state == IBV_QPS_RTS {
+            pump(qp, &mut st);
+        }
+        r
+    }));
+    // Inline payloads the socket did not take yet (also after a panic, which the export
+    // boundary turns into an error: later pumps must not read the buffers): the buffers
+    // go back to the application.
     let sent = st.sent;
     for w in st.sq.iter_mut().skip(sent).filter(|w| w.borrowed) {
         w.borrowed = false;
@@ -101,7 +106,10 @@ pub unsafe fn post(qp: &Arc<Qp>, wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_s
         }
         w.local = Vec::new();
     }
-    r
+    match r {
+        Ok(r) => r,
+        Err(p) => std::panic::resume_unwind(p),
+    }
 }
 
 /// Queues the WRs of `wr` in order; Err names the first one refused.
