@@ -6,11 +6,11 @@
 
 use super::event::Pending;
 use super::registry::{lock, Table};
-use crate::sys::{Errno, Flag, Result};
+use crate::sys::{Epoll, Errno, Flag, Result};
 use rdma_abi::cma::rdma_event_channel;
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
 
 /// What reading a channel's source gave.
@@ -25,16 +25,21 @@ pub enum Take {
 
 /// Events that come from outside the library's queues.
 pub trait Source: Send + Sync {
-    /// The fd the application is given: readable while the source, or the
-    /// queue flag handed to `watch`, has an event.
-    fn public_fd(&self) -> i32;
-    /// From now on the public fd also reports `flag` (the channel's queue).
-    fn watch(&self, flag: i32) -> Result<()>;
+    /// The fd the application is given: an epoll set of the source, and of the
+    /// queue flag once `watch` added it, so it is readable while either has an
+    /// event.
+    fn public(&self) -> &Epoll;
     /// One event, without blocking.
     fn take(&self, ch: &Arc<Channel>) -> Result<Take>;
-    /// Whether the last `take` found nothing.
-    fn was_empty(&self) -> bool;
     fn as_any(&self) -> &dyn Any;
+
+    fn public_fd(&self) -> i32 {
+        self.public().raw()
+    }
+    /// From now on the public fd also reports `flag` (the channel's queue).
+    fn watch(&self, flag: i32) -> Result<()> {
+        self.public().ctl(libc::EPOLL_CTL_ADD, flag, 0)
+    }
 }
 
 pub struct Channel {
@@ -49,6 +54,8 @@ pub struct Channel {
     /// Threads blocked in `pop` (changed under `queue`): a push with nobody
     /// waiting skips the wake-up syscall.
     waiters: AtomicUsize,
+    /// The last `take` of the source found nothing.
+    source_empty: AtomicBool,
 }
 
 /// What C sees: the public struct first, so `&public` is the handle.
@@ -78,6 +85,7 @@ impl Channel {
             queue: Mutex::new(VecDeque::new()),
             cond: Condvar::new(),
             waiters: AtomicUsize::new(0),
+            source_empty: AtomicBool::new(true),
         }))
     }
 
@@ -108,24 +116,24 @@ impl Channel {
         let Some(src) = &self.source else { return self.pop_queue() };
         // A source that was empty last time is likely empty now: skip the
         // read that would fail and go straight to the wait (one syscall less).
-        let mut tried_empty = src.was_empty();
+        let mut tried_empty = self.source_empty.load(Ordering::Relaxed);
         loop {
             if let Some(p) = self.try_pop() {
                 return Ok(p);
             }
-            if !tried_empty {
-                match src.take(self)? {
+            // Read the source when it may have something, or when the caller
+            // does not wait anyway (a non-blocking fd).
+            if !tried_empty || crate::sys::nonblocking(src.public_fd()) {
+                let t = src.take(self)?;
+                self.source_empty.store(matches!(t, Take::Empty), Ordering::Relaxed);
+                match t {
                     Take::Here(p) => return Ok(p),
                     Take::Again => continue,
-                    Take::Empty => tried_empty = true,
-                }
-                continue;
-            }
-            if crate::sys::nonblocking(src.public_fd()) {
-                match src.take(self)? {
-                    Take::Here(p) => return Ok(p),
-                    Take::Again => continue,
-                    Take::Empty => return Err(Errno::EAGAIN),
+                    Take::Empty if tried_empty => return Err(Errno::EAGAIN),
+                    Take::Empty => {
+                        tried_empty = true;
+                        continue;
+                    }
                 }
             }
             crate::sys::wait_readable(src.public_fd());

@@ -9,7 +9,6 @@ use crate::sys::{cerr, Epoll, Errno, Result};
 use rdma_abi::cma::*;
 use std::any::Any;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,29 +20,21 @@ struct PipeSource {
     /// queue flag, once watched), as the kernel CM's channels have.
     public: Epoll,
     owner: Arc<IdCore>,
-    empty: AtomicBool,
 }
 
 impl Source for PipeSource {
-    fn public_fd(&self) -> i32 {
-        self.public.raw()
-    }
-    fn watch(&self, flag: i32) -> Result<()> {
-        self.public.ctl(libc::EPOLL_CTL_ADD, flag, 0)
+    fn public(&self) -> &Epoll {
+        &self.public
     }
     fn take(&self, _ch: &Arc<Channel>) -> Result<Take> {
         let mut b = 0u8;
         // SAFETY: reads one byte into a live u8 from our non-blocking pipe.
         let n = unsafe { libc::read(self.rd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
-        self.empty.store(n != 1, Ordering::Relaxed);
         Ok(match (n, b) {
             (1, b'a') => Take::Again,
             (1, b) => Take::Here(self.owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(b as u64))),
             _ => Take::Empty,
         })
-    }
-    fn was_empty(&self) -> bool {
-        self.empty.load(Ordering::Relaxed)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -71,7 +62,7 @@ impl Rig {
         let public = Epoll::new().unwrap();
         public.ctl(libc::EPOLL_CTL_ADD, rd.as_raw_fd(), 0).unwrap();
         let (wr_raw, public_raw) = (wr.as_raw_fd(), public.raw());
-        let src = PipeSource { rd, _wr: wr, public, owner, empty: AtomicBool::new(true) };
+        let src = PipeSource { rd, _wr: wr, public, owner };
         let ch = Channel::with_source(|| Some(Box::new(src) as Box<dyn Source>)).unwrap();
         Rig { ch, wr: wr_raw, public: public_raw, id, plain }
     }

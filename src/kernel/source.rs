@@ -10,13 +10,11 @@ use crate::cm::channel::{Source, Take};
 use crate::cm::Channel;
 use crate::sys::{Epoll, Errno, Result};
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub struct KernelSource {
     pub file: Arc<Ucma>,
     epoll: Epoll,
-    empty: AtomicBool,
 }
 
 impl KernelSource {
@@ -25,7 +23,7 @@ impl KernelSource {
         let file = Arc::new(Ucma::open()?);
         let epoll = Epoll::new()?;
         epoll.ctl(libc::EPOLL_CTL_ADD, file.raw(), 0)?;
-        Ok(KernelSource { file, epoll, empty: AtomicBool::new(true) })
+        Ok(KernelSource { file, epoll })
     }
 
     /// A channel's kernel source (None for a channel without one).
@@ -35,27 +33,17 @@ impl KernelSource {
 }
 
 impl Source for KernelSource {
-    fn public_fd(&self) -> i32 {
-        self.epoll.raw()
-    }
-
-    fn watch(&self, flag: i32) -> Result<()> {
-        self.epoll.ctl(libc::EPOLL_CTL_ADD, flag, 0)
+    fn public(&self) -> &Epoll {
+        &self.epoll
     }
 
     fn take(&self, ch: &Arc<Channel>) -> Result<Take> {
-        let r = self.file.get_event();
-        self.empty.store(r.is_err(), Ordering::Relaxed);
-        match r {
+        match self.file.get_event() {
             Ok(ev) => Ok(events::dispatch(&self.file, &ev, ch)),
             Err(Errno::EAGAIN) => Ok(Take::Empty),
             Err(e) if e.0 == libc::EINTR => Ok(Take::Again),
             Err(e) => Err(e),
         }
-    }
-
-    fn was_empty(&self) -> bool {
-        self.empty.load(Ordering::Relaxed)
     }
 
     fn as_any(&self) -> &dyn Any {
