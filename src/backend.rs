@@ -84,16 +84,6 @@ pub fn device() -> Result<&'static dyn Backend> {
     }
 }
 
-/// Sets up the kernel CM (the device scan) where upstream does (ucma_init in
-/// rdma_create_event_channel and rdma_create_id), so the first device call
-/// does not carry it. Never fails: without a device
-/// the channel or id is still made, and device calls report ENODEV.
-pub fn prepare() {
-    if kind() == Kind::Kernel {
-        crate::kernel::prepare();
-    }
-}
-
 /// A new id (rdma_create_id): the kernel CM makes its kernel id at once.
 pub fn created(id: &Arc<IdCore>) {
     if kind() == Kind::Kernel {

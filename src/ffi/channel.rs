@@ -8,7 +8,6 @@ use std::ffi::c_char;
 
 entry! {
     fn rdma_create_event_channel() -> *mut rdma_event_channel {
-        crate::backend::prepare();
         ChannelBox::create()
     }
 }

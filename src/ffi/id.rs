@@ -17,7 +17,6 @@ entry! {
         ps: rdma_port_space,
     ) -> i32 {
         non_null(id)?;
-        crate::backend::prepare();
         let new = IdBox::create(channel, context, ps, None)?;
         if let Ok(core) = IdBox::lookup(new) {
             crate::backend::created(&core);

@@ -97,34 +97,38 @@ fn make(ctx: *mut ibv_context) -> Result<Dev> {
     })
 }
 
-/// A device of the list read when the CM starts (upstream's ucma_init), with
-/// the GUID and index the kernel will name it by. The list is kept, so the
-/// device pointers stay valid.
+/// The device list read when the CM starts (upstream's ucma_init), with the
+/// GUID and index the kernel names each device by. The list is kept (its
+/// device pointers stay valid) until a later scan replaces it.
 struct Listed {
-    dev: usize,
-    guid: u64,
-    index: i32,
+    list: usize,
+    devs: Vec<(usize, u64, i32)>,
 }
 
-static LISTED: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
+static LISTED: Mutex<Option<Listed>> = Mutex::new(None);
 
 /// Reads the device list (again); whether it has any device.
 pub fn scan() -> bool {
     let mut n = 0;
-    // SAFETY: plain call; the list is kept (see `Listed`).
+    // SAFETY: plain call; the list is freed when a later scan replaces it.
     let list = unsafe { crate::verbs::ibv_get_device_list(&mut n) };
     if list.is_null() {
         return false;
     }
-    let mut listed = Vec::new();
+    let mut devs = Vec::new();
     for i in 0..n.max(0) as usize {
         // SAFETY: the list holds n live device pointers.
         let d = unsafe { *list.add(i) };
         // SAFETY: a live device from the list.
         let (guid, index) = unsafe { (ibv_get_device_guid(d), ibv_get_device_index(d.cast())) };
-        listed.push(Listed { dev: d as usize, guid, index });
+        devs.push((d as usize, guid, index));
     }
-    *lock(&LISTED) = listed;
+    let old = lock(&LISTED).replace(Listed { list: list as usize, devs });
+    if let Some(old) = old {
+        // SAFETY: a list of ours that nothing reads any more (LISTED held the only
+        // reference; devices opened from it hold their own).
+        unsafe { crate::verbs::ibv_free_device_list(old.list as *mut _) };
+    }
     n > 0
 }
 
@@ -134,11 +138,14 @@ pub fn find(guid: u64, index: u32) -> Result<&'static Dev> {
     if let Some(d) = devs.iter().find(|d| matches(guid, index, d.guid, d.index)) {
         return Ok(d);
     }
-    let listed = || lock(&LISTED).iter().find(|l| matches(guid, index, l.guid, l.index)).map(|l| l.dev);
+    let open_listed = || {
+        let l = lock(&LISTED);
+        let &(dev, _, _) = l.as_ref()?.devs.iter().find(|&&(_, g, i)| matches(guid, index, g, i))?;
+        // SAFETY: a device of the list LISTED keeps (held locked, so no scan frees it).
+        unsafe { crate::devices::open(dev as *mut crate::verbs::ibv_device_opaque) }
+    };
     // A device plugged in since the scan: read the list again.
-    let dev = listed().or_else(|| if scan() { listed() } else { None }).ok_or(Errno::ENODEV)?;
-    // SAFETY: a device of the kept list (LISTED's list is never freed).
-    let ctx = unsafe { crate::devices::open(dev as *mut crate::verbs::ibv_device_opaque) }.ok_or(Errno::ENODEV)?;
+    let ctx = open_listed().or_else(|| if scan() { open_listed() } else { None }).ok_or(Errno::ENODEV)?;
     let d: &'static Dev = Box::leak(Box::new(make(ctx)?));
     devs.push(d);
     Ok(d)

@@ -40,7 +40,9 @@ use std::sync::Arc;
 use ucma::Ucma;
 
 /// Whether libibverbs lists a device (a positive answer is kept; without
-/// one the list is read again next time, a device may come).
+/// one the list is read again next time, a device may come). Asked when a
+/// channel is made (its rdma_cm file), as upstream's ucma_init runs in
+/// rdma_create_event_channel, and by every device call.
 fn has_device() -> bool {
     static SEEN: AtomicBool = AtomicBool::new(false);
     if SEEN.load(Ordering::Relaxed) {
@@ -49,12 +51,6 @@ fn has_device() -> bool {
     let yes = dev::scan();
     SEEN.store(yes, Ordering::Relaxed);
     yes
-}
-
-/// Scans the devices ahead of the first device call, as upstream's
-/// rdma_create_event_channel and rdma_create_id do (ucma_init).
-pub fn prepare() {
-    has_device();
 }
 
 /// A new channel's rdma_cm file. Without any verbs device the kernel CM is
