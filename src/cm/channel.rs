@@ -69,12 +69,11 @@ static CHANNELS: LazyLock<Table<Arc<Channel>>> = LazyLock::new(Table::new);
 
 impl Channel {
     pub fn new() -> Result<Arc<Channel>> {
-        Self::with_source(crate::backend::channel_source)
+        Self::with_source(crate::backend::channel_source())
     }
 
-    /// A channel with the source `make` gives, if any.
-    pub fn with_source(make: impl FnOnce() -> Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
-        let source = make();
+    /// A channel with `source`, if any.
+    pub fn with_source(source: Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
         let flag = OnceLock::new();
         if source.is_none() {
             let _ = flag.set(Flag::new()?);

@@ -50,6 +50,15 @@ pub struct Pending {
     pub ud: bool,
 }
 
+impl Pending {
+    /// Drops an event nobody will read: a connect request's new id goes with it.
+    pub fn discard(self) {
+        if self.id != self.owner.ptr {
+            let _ = super::IdBox::destroy(self.id.0);
+        }
+    }
+}
+
 /// What C sees, the public struct first; private data lives inside the same
 /// allocation so it stays valid until the ack.
 #[repr(C)]

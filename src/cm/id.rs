@@ -250,10 +250,7 @@ impl IdBox {
         crate::backend::destroy(&core);
         let chan = core.channel();
         for p in chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
-            // A request nobody retrieved: its new id goes with the listener.
-            if p.id != core.ptr {
-                let _ = IdBox::destroy(p.id.0);
-            }
+            p.discard();
         }
         core.ack_stored_event()?;
         core.wait_acked();

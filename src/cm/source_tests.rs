@@ -4,13 +4,15 @@
 
 use super::channel::{Source, Take};
 use super::event::Param;
+use super::tests::{readable, set_nonblock};
 use super::*;
 use crate::sys::{cerr, Epoll, Errno, Result};
 use rdma_abi::cma::*;
 use std::any::Any;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct PipeSource {
     rd: OwnedFd,
@@ -20,6 +22,7 @@ struct PipeSource {
     /// queue flag, once watched), as the kernel CM's channels have.
     public: Epoll,
     owner: Arc<IdCore>,
+    takes: Arc<AtomicUsize>,
 }
 
 impl Source for PipeSource {
@@ -27,6 +30,7 @@ impl Source for PipeSource {
         &self.public
     }
     fn take(&self, _ch: &Arc<Channel>) -> Result<Take> {
+        self.takes.fetch_add(1, Ordering::Relaxed);
         let mut b = 0u8;
         // SAFETY: reads one byte into a live u8 from our non-blocking pipe.
         let n = unsafe { libc::read(self.rd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
@@ -43,6 +47,8 @@ impl Source for PipeSource {
 
 struct Rig {
     ch: Arc<Channel>,
+    /// Reads of the source so far.
+    takes: Arc<AtomicUsize>,
     wr: i32,
     public: i32,
     id: *mut rdma_cm_id,
@@ -62,9 +68,10 @@ impl Rig {
         let public = Epoll::new().unwrap();
         public.ctl(libc::EPOLL_CTL_ADD, rd.as_raw_fd(), 0).unwrap();
         let (wr_raw, public_raw) = (wr.as_raw_fd(), public.raw());
-        let src = PipeSource { rd, _wr: wr, public, owner };
-        let ch = Channel::with_source(|| Some(Box::new(src) as Box<dyn Source>)).unwrap();
-        Rig { ch, wr: wr_raw, public: public_raw, id, plain }
+        let takes = Arc::new(AtomicUsize::new(0));
+        let src = PipeSource { rd, _wr: wr, public, owner, takes: takes.clone() };
+        let ch = Channel::with_source(Some(Box::new(src))).unwrap();
+        Rig { ch, takes, wr: wr_raw, public: public_raw, id, plain }
     }
 
     fn feed(&self, bytes: &[u8]) {
@@ -72,9 +79,15 @@ impl Rig {
         assert_eq!(unsafe { libc::write(self.wr, bytes.as_ptr().cast(), bytes.len()) }, bytes.len() as isize);
     }
 
-    /// The arg of the next event (acked at once).
+    /// The arg of the next event (acked at once); fails the test if `pop` has
+    /// not returned within 5 s.
     fn pop_arg(&self) -> std::result::Result<u64, Errno> {
-        let ev = EventBox::deliver(self.ch.pop()?);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ch = self.ch.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(ch.pop().map(|p| EventBox::deliver(p) as usize));
+        });
+        let ev = rx.recv_timeout(Duration::from_secs(5)).expect("pop returned")? as *mut rdma_cm_event;
         // SAFETY: the event just delivered; USER events carry `arg`.
         let arg = unsafe { (*ev).param.arg };
         EventBox::ack(ev).unwrap();
@@ -87,17 +100,6 @@ impl Drop for Rig {
         IdBox::destroy(self.id).unwrap();
         ChannelBox::destroy(self.plain).unwrap();
     }
-}
-
-fn readable(fd: i32) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one live pollfd, zero timeout.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
-}
-
-fn nonblocking(fd: i32) {
-    // SAFETY: fcntl on a live fd of ours.
-    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
 }
 
 #[test]
@@ -113,7 +115,7 @@ fn queued_events_come_before_the_source_and_again_is_read_past() {
 #[test]
 fn non_blocking_follows_the_public_fd() {
     let r = Rig::new();
-    nonblocking(r.public);
+    set_nonblock(r.public);
     assert_eq!(r.pop_arg(), Err(Errno::EAGAIN), "empty source, nothing queued");
     r.feed(b"x");
     assert_eq!(r.pop_arg(), Ok(b'x' as u64), "a source that was empty last time is read before EAGAIN");
@@ -124,14 +126,15 @@ fn non_blocking_follows_the_public_fd() {
 fn blocking_pop_wakes_for_the_source_and_for_the_queue() {
     let r = Rig::new();
     let wr = r.wr;
-    let t0 = Instant::now();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
         // SAFETY: one byte from a live buffer to the pipe (alive until the Rig drops, after join).
         unsafe { libc::write(wr, b"s".as_ptr().cast(), 1) };
     });
     assert_eq!(r.pop_arg(), Ok(b's' as u64));
-    assert!(t0.elapsed() >= Duration::from_millis(90), "it waited for the byte");
+    // Spinning would read many times; reading before the wait (the source was
+    // empty when the channel was made) twice.
+    assert_eq!(r.takes.load(Ordering::Relaxed), 1, "it slept until the source had the byte, then read once");
     t.join().unwrap();
 
     let ch = r.ch.clone();

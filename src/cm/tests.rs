@@ -6,12 +6,12 @@ use rdma_abi::cma::*;
 use std::sync::mpsc;
 use std::time::Duration;
 
-fn set_nonblock(fd: i32) {
+pub(super) fn set_nonblock(fd: i32) {
     // SAFETY: fcntl on a live fd of ours.
     unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
 }
 
-fn readable(fd: i32) -> bool {
+pub(super) fn readable(fd: i32) -> bool {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one live pollfd, zero timeout.
     unsafe { libc::poll(&mut p, 1, 0) == 1 }

@@ -36,10 +36,8 @@ pub fn dispatch(u: &Arc<Ucma>, ev: &rdma_ucm_event_resp, ch: &Arc<Channel>) -> T
         Ok(Some(p)) => Take::Here(p),
         Ok(None) => Take::Again,
         Err(p) => {
-            // The owner was destroyed meanwhile: a request's new id goes with it.
-            if p.id != p.owner.ptr {
-                let _ = IdBox::destroy(p.id.0);
-            }
+            // The owner was destroyed meanwhile.
+            p.discard();
             Take::Again
         }
     }

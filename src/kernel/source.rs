@@ -40,8 +40,8 @@ impl Source for KernelSource {
     fn take(&self, ch: &Arc<Channel>) -> Result<Take> {
         match self.file.get_event() {
             Ok(ev) => Ok(events::dispatch(&self.file, &ev, ch)),
+            // The file is non-blocking: GET_EVENT never sleeps (nor sees EINTR).
             Err(Errno::EAGAIN) => Ok(Take::Empty),
-            Err(e) if e.0 == libc::EINTR => Ok(Take::Again),
             Err(e) => Err(e),
         }
     }
