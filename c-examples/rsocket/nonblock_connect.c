@@ -1,7 +1,8 @@
 /* rconnect on a non-blocking rsocket: -1/EINPROGRESS, then rpoll reports
  * POLLOUT and SO_ERROR is 0; a second rconnect says EISCONN. A connect to a
  * port nobody listens on: EINPROGRESS, then POLLOUT|POLLERR and SO_ERROR
- * ECONNREFUSED; the same in blocking mode fails with ECONNREFUSED. */
+ * ECONNREFUSED; the same in blocking mode fails with ECONNREFUSED. A
+ * non-blocking rrecv with MSG_WAITALL returns what is there, as TCP does. */
 #include "rs_util.h"
 
 int main(int argc, char **argv)
@@ -38,6 +39,15 @@ int main(int argc, char **argv)
 	CHECK(rsend(c, "abc", 3, 0) == 3, "rsend on the connected socket", "%s", strerror(errno));
 	rfcntl(s, F_SETFL, 0);
 	CHECK(rrecv(s, buf, 3, MSG_WAITALL) == 3 && !memcmp(buf, "abc", 3), "data arrives", "bad");
+	CHECK(rsend(c, "de", 2, 0) == 2, "rsend 2 more bytes", "%s", strerror(errno));
+	p.fd = s;
+	p.events = POLLIN;
+	p.revents = 0;
+	CHECK(rpoll(&p, 1, 10000) == 1 && (p.revents & POLLIN), "rpoll: they arrived", "revents %#x", p.revents);
+	ret = rrecv(s, buf, 4, MSG_WAITALL | MSG_DONTWAIT);
+	CHECK(ret == 2 && !memcmp(buf, "de", 2), "MSG_WAITALL|MSG_DONTWAIT for 4: the 2 there, no wait",
+	      "ret %d errno %d", ret, errno);
+	CHECK_ERRNO(rrecv(s, buf, 4, MSG_WAITALL | MSG_DONTWAIT), EAGAIN, "and then EAGAIN");
 	rclose(c);
 	rclose(s);
 

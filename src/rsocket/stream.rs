@@ -846,9 +846,10 @@ impl Stream {
                 }
                 return Ok(0);
             }
-            if nonblock && got == 0 {
-                // Progress just ran (a busy caller repeats this call: one CQ poll each).
-                return Err(Errno::EAGAIN);
+            if nonblock {
+                // Progress just ran (a busy caller repeats this call: one CQ poll
+                // each). MSG_WAITALL does not make a non-blocking call wait (TCP).
+                return if got > 0 { Ok(got) } else { Err(Errno::EAGAIN) };
             }
             let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
             match self.wait(st, false, deadline, |s| s.have_data() || !s.readable || s.phase != Phase::Open)
