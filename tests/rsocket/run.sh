@@ -84,6 +84,19 @@ if want msg-send; then
 	port=$((port+10))
 fi
 
+# wake-ups: every sleep in rpoll/rrecv also re-scans after wake_up_interval ms, which
+# would hide a lost completion event in the checks above (they allow seconds); with a
+# 60 s interval a lost wake-up fails them
+if want wakeups; then
+	wconf=$PWD/$out/conf-wakeups; mkdir -p "$wconf"; echo 60000 > "$wconf/wake_up_interval"
+	for n in rpoll_readiness shutdown_eof duplex; do
+		if RDMACM_RS_RSOCKET_CONF=$wconf timeout 120 "$L" "build/rsocket/$n" $port > "$out/wakeups-$n.log" 2>&1 \
+			&& ! grep -q '^FAIL' "$out/wakeups-$n.log"; then ok "$n, no periodic re-scan"
+		else ko "$n, no periodic re-scan" "failed" "$out/wakeups-$n.log"; fi
+		port=$((port+10))
+	done
+fi
+
 # the preload checks program: the same checks against kernel TCP, then under the preload
 if want preload_calls; then
 	if timeout 60 build/rsocket/preload_calls $port > "$out/preload_calls.tcp.log" 2>&1 && ! grep -q '^FAIL' "$out/preload_calls.tcp.log"; then
@@ -229,6 +242,8 @@ if want netns && [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
 	ip netns del "$na" 2>/dev/null; ip netns del "$nb" 2>/dev/null
 fi
 
-echo "(ports $BASE..$((BASE+399)); logs in $out)"
+# every port used must lie in the block checked free at the start
+[ $port -le $((BASE+400)) ] || ko "port block" "used up to $port, past $((BASE+399)): make the block larger"
+echo "(ports $BASE..$((BASE+399)), used up to $((port-1)); logs in $out)"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
