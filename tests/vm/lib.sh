@@ -1,12 +1,15 @@
 # Helpers for scripts that run inside the tests/vm guest (sourced).
 
-# Waits (at most 10 s) until the kernel lists a listening cm_id of program $1
-# (the kernel CM opens no TCP port a client could wait for).
-wait_listen() {
-	local end=$((SECONDS + 10))
-	while [ $SECONDS -lt $end ]; do
-		rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*comm $1 " && return 0
+# Waits (up to 10 s) until the kernel lists a cm_id of program $1 in state $2
+# (LISTEN; "" = any state): the kernel CM opens no TCP port a client could wait
+# for, and a loaded host must not start a client early.
+wait_cm_id() {
+	local i
+	for i in $(seq 100); do
+		rdma resource show cm_id 2>/dev/null | grep -q "state ${2:-[A-Z_]*} .*comm $1 " && return 0
 		sleep 0.1
 	done
 	return 1
 }
+
+wait_listen() { wait_cm_id "$1" LISTEN; }
