@@ -803,8 +803,8 @@ static int t_bulk(void)
 
 static int t_inline_bulk(void)
 {
-	/* 32 inline 64 KiB WRITEs (2 MiB, more than the socket takes at once) from one
-	 * unregistered buffer that is overwritten after every post: each must arrive as it was
+	/* 32 inline 64 KiB WRITEs (2 MiB, more than the socket takes at once; half of them
+	 * gathered from three SGEs) from one unregistered buffer that is overwritten after every post: each must arrive as it was
 	 * when posted, whether it left during the post or waited (copied) behind the others */
 	const uint32_t K64 = 64 * 1024;
 	struct ep a, b;
@@ -817,8 +817,16 @@ static int t_inline_bulk(void)
 	for (int i = 0; i < 32; i++) {
 		pattern(scratch, K64, 100 + i);
 		memcpy(want + (size_t)i * K64, scratch, K64);
-		struct ibv_sge s = { (uintptr_t)scratch, K64, 0 };
-		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+		/* odd writes in three pieces, one of them empty: one sendmsg of several parts */
+		struct ibv_sge s[3] = { { (uintptr_t)scratch, K64, 0 } };
+		int nsge = 1;
+		if (i & 1) {
+			s[0].length = 1000;
+			s[1] = (struct ibv_sge){ (uintptr_t)scratch + 1000, 0, 0 };
+			s[2] = (struct ibv_sge){ (uintptr_t)scratch + 1000, K64 - 1000, 0 };
+			nsge = 3;
+		}
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = s, .num_sge = nsge, .opcode = IBV_WR_RDMA_WRITE,
 					  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad;
 		wr.wr.rdma.remote_addr = (uintptr_t)b.buf + (size_t)i * K64;
 		wr.wr.rdma.rkey = b.mr->rkey;
