@@ -46,7 +46,36 @@ extern "C" {
     pub fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
     pub fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
     pub fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
+    pub fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int;
     pub fn ibv_query_gid(context: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
     pub fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     pub fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+}
+
+/// `ibv_query_port`; None for a NULL context or when the query fails.
+///
+/// # Safety
+/// `ctx` is NULL or an open device context.
+pub unsafe fn port_attr(ctx: *mut ibv_context, port: u8) -> Option<ibv_port_attr> {
+    // SAFETY: all-zero is a valid ibv_port_attr.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: per the contract, and a writable attribute block.
+    (!ctx.is_null() && unsafe { ibv_query_port(ctx, port, &mut a) } == 0).then_some(a)
+}
+
+/// `ibv_query_device`; the errno when it fails.
+///
+/// # Safety
+/// `ctx` is NULL or an open device context.
+pub unsafe fn device_attr(ctx: *mut ibv_context) -> Result<ibv_device_attr, crate::sys::Errno> {
+    if ctx.is_null() {
+        return Err(crate::sys::Errno::ENODEV);
+    }
+    // SAFETY: all-zero is a valid ibv_device_attr.
+    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: per the contract, and a writable attribute block.
+    match unsafe { ibv_query_device(ctx, &mut a) } {
+        0 => Ok(a),
+        r => Err(crate::sys::Errno(r.abs())),
+    }
 }

@@ -7,13 +7,12 @@
 
 use crate::cm::registry::lock;
 use crate::sys::{Errno, Result};
-use crate::verbs::{ibv_alloc_pd, ibv_get_device_guid, ibv_query_port};
+use crate::verbs::{device_attr, ibv_alloc_pd, ibv_get_device_guid, port_attr};
 use rdma_abi::verbs::*;
 use std::sync::{LazyLock, Mutex};
 
 #[link(name = "ibverbs")]
 extern "C" {
-    fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> libc::c_int;
     fn ibv_get_device_index(device: *mut ibv_device) -> libc::c_int;
 }
 
@@ -65,20 +64,12 @@ fn make(ctx: *mut ibv_context) -> Result<Dev> {
         let d = (*ctx).device;
         (ibv_get_device_guid(d.cast()), ibv_get_device_index(d), (*d).transport_type)
     };
-    // SAFETY: all-zero is a valid ibv_device_attr.
-    let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: an open context and a writable attribute block.
-    let r = unsafe { ibv_query_device(ctx, &mut attr) };
-    if r != 0 {
-        return Err(Errno(r.abs()));
-    }
+    // SAFETY: an open context.
+    let attr = unsafe { device_attr(ctx) }?;
     let mut link_layer = Vec::new();
     for port in 1..=attr.phys_port_cnt {
-        // SAFETY: all-zero is a valid ibv_port_attr.
-        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: an open context, a port it has, a writable attribute block.
-        let ll = if unsafe { ibv_query_port(ctx, port, &mut pa) } == 0 { pa.link_layer } else { IBV_LINK_LAYER_UNSPECIFIED };
-        link_layer.push(ll);
+        // SAFETY: an open context.
+        link_layer.push(unsafe { port_attr(ctx, port) }.map_or(IBV_LINK_LAYER_UNSPECIFIED, |a| a.link_layer));
     }
     // SAFETY: an open context.
     let pd = unsafe { ibv_alloc_pd(ctx) };

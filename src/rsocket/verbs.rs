@@ -15,7 +15,6 @@ use std::mem::MaybeUninit;
 
 #[link(name = "ibverbs")]
 extern "C" {
-    pub fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int;
     pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
     pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
 }
@@ -28,20 +27,11 @@ pub fn verr(ret: c_int) -> Result<()> {
     }
 }
 
-fn port_attr(verbs: *mut ibv_context, port: u8) -> Option<ibv_port_attr> {
-    // SAFETY: all-zero is a valid ibv_port_attr.
-    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: an open device context and a writable attribute block.
-    if verbs.is_null() || unsafe { ibv_query_port(verbs, port.max(1), &mut a) } != 0 {
-        return None;
-    }
-    Some(a)
-}
-
 /// The largest message a UD QP on `port` carries: its active MTU in bytes (0
 /// when it cannot be asked). UD sends beyond it are dropped on the wire.
 pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {
-    match port_attr(verbs, port).map_or(0, |a| a.active_mtu) {
+    // SAFETY: the caller's id's device context (or NULL).
+    match unsafe { port_attr(verbs, port.max(1)) }.map_or(0, |a| a.active_mtu) {
         m @ 1..=5 => 128 << m,
         _ => 0,
     }
@@ -49,22 +39,14 @@ pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {
 
 /// Whether `port` has an Ethernet link layer (RoCE).
 pub fn is_roce(verbs: *mut ibv_context, port: u8) -> bool {
-    port_attr(verbs, port).is_some_and(|a| a.link_layer == IBV_LINK_LAYER_ETHERNET)
-}
-
-fn device_attr(verbs: *mut ibv_context) -> Option<ibv_device_attr> {
-    // SAFETY: all-zero is a valid ibv_device_attr.
-    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: an open device context and a writable attribute block.
-    if verbs.is_null() || unsafe { ibv_query_device(verbs, &mut a) } != 0 {
-        return None;
-    }
-    Some(a)
+    // SAFETY: as in ud_mtu.
+    unsafe { port_attr(verbs, port.max(1)) }.is_some_and(|a| a.link_layer == IBV_LINK_LAYER_ETHERNET)
 }
 
 /// `max_qp_wr` of a device (0 when it cannot be asked).
 pub fn max_qp_wr(verbs: *mut ibv_context) -> u32 {
-    device_attr(verbs).map_or(0, |a| a.max_qp_wr.max(0) as u32)
+    // SAFETY: as in ud_mtu.
+    unsafe { device_attr(verbs) }.map_or(0, |a| a.max_qp_wr.max(0) as u32)
 }
 
 /// Vendor id of the kernel's soft-RoCE (rxe).
@@ -76,7 +58,8 @@ const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
 /// more messages delays it instead of overlapping the copy with a DMA engine.
 pub fn is_software(verbs: *mut ibv_context) -> bool {
     crate::backend::kind() == crate::backend::Kind::Soft
-        || device_attr(verbs).is_some_and(|a| a.vendor_id == RXE_VENDOR_ID)
+        // SAFETY: as in ud_mtu.
+        || unsafe { device_attr(verbs) }.is_ok_and(|a| a.vendor_id == RXE_VENDOR_ID)
 }
 
 /// Transport of a device: true for iWARP (messages go as SENDs, not immediates).

@@ -206,10 +206,8 @@ pub fn dev() -> Result<&'static Dev> {
         if pd.is_null() {
             return Err(Errno::last());
         }
-        // SAFETY: all-zero is a valid ibv_port_attr.
-        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: ctx is open; pa is writable.
-        unsafe { ibv_query_port(ctx, 1, &mut pa) };
+        // SAFETY: ctx is open.
+        let pa = unsafe { crate::verbs::port_attr(ctx, 1) }.ok_or(Errno::ENODEV)?;
         let mut gids = Vec::new();
         for i in 0..pa.gid_tbl_len.max(0) {
             // SAFETY: all-zero is a valid ibv_gid.
