@@ -21,7 +21,6 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
 
 const GRH_LEN: usize = 40;
 const SLOT: usize = RS_SNDLOWAT;
@@ -538,7 +537,7 @@ impl Dgram {
         ready: impl Fn(&DSt) -> bool,
     ) -> Result<MutexGuard<'a, DSt>> {
         let cfg = get_config();
-        let spin_until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
+        let mut spin = super::poll::Spin::new(cfg.polling_time_us);
         loop {
             if st.progress() {
                 self.notify(&st);
@@ -552,8 +551,7 @@ impl Dgram {
             if nonblock {
                 return Err(Errno::EAGAIN);
             }
-            if Instant::now() < spin_until {
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let mut fds = Vec::new();

@@ -44,6 +44,32 @@ impl Sock {
     }
 }
 
+/// Busy-polling for `polling_time` µs before a wait sleeps (rsocket.md §5).
+/// A pass is short, so the clock is read every 8th; once spent (or with
+/// `polling_time` 0) every later question says sleep.
+pub struct Spin {
+    until: Option<Instant>,
+    passes: u32,
+}
+
+impl Spin {
+    pub fn new(polling_time_us: u64) -> Spin {
+        Spin { until: (polling_time_us > 0).then(|| Instant::now() + Duration::from_micros(polling_time_us)), passes: 0 }
+    }
+
+    /// Whether to make another pass instead of sleeping.
+    pub fn again(&mut self) -> bool {
+        let Some(until) = self.until else { return false };
+        self.passes = self.passes.wrapping_add(1);
+        if !self.passes.is_multiple_of(8) || Instant::now() < until {
+            std::hint::spin_loop();
+            return true;
+        }
+        self.until = None;
+        false
+    }
+}
+
 /// A sleep on several rsockets: `add` each one's entries after the caller's
 /// own, then `finish` hands each rsocket its entries (on drop at the latest, so
 /// an early return cannot leave a rsocket counting a sleeper that left).
@@ -130,17 +156,13 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
     for p in fds.iter_mut() {
         p.revents = 0;
     }
-    let spin_until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
-    let mut spins = 0u32;
+    let mut spin = Spin::new(cfg.polling_time_us);
     loop {
         let n = scan(fds, &socks, &mut plain, &idx)?;
         if n > 0 || timeout == 0 {
             return Ok(n);
         }
-        // The clock is read every 8th pass: the scan itself is short.
-        spins = spins.wrapping_add(1);
-        if !spins.is_multiple_of(8) || Instant::now() < spin_until {
-            std::hint::spin_loop();
+        if spin.again() {
             continue;
         }
         let mut wait = Sleep::new(plain.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect());

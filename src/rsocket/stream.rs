@@ -494,17 +494,14 @@ impl Stream {
                     return Err(Errno(libc::ETIMEDOUT));
                 }
             }
-            if !spun && cfg.polling_time_us > 0 && st.conn.is_some() {
+            if !spun && st.conn.is_some() {
                 spun = true;
-                let until = Instant::now() + Duration::from_micros(cfg.polling_time_us);
-                let mut i = 0u32;
-                while !i.is_multiple_of(8) || Instant::now() < until {
-                    i = i.wrapping_add(1);
+                let mut spin = super::poll::Spin::new(cfg.polling_time_us);
+                while spin.again() {
                     self.progress(&mut st);
                     if ready(&st) {
                         return Ok(st);
                     }
-                    std::hint::spin_loop();
                 }
                 continue;
             }
