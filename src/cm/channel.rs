@@ -5,13 +5,13 @@
 //! application sees reports both.
 
 use super::event::Pending;
-use super::registry::{lock, Table};
+use super::registry::{self, lock, Kind};
 use crate::sys::{Epoll, Errno, Flag, Result};
 use rdma_abi::cma::rdma_event_channel;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// What reading a channel's source gave.
 pub enum Take {
@@ -64,8 +64,6 @@ pub struct ChannelBox {
     pub public: rdma_event_channel,
     pub inner: Arc<Channel>,
 }
-
-static CHANNELS: LazyLock<Table<Arc<Channel>>> = LazyLock::new(Table::new);
 
 impl Channel {
     pub fn new() -> Result<Arc<Channel>> {
@@ -225,23 +223,28 @@ impl ChannelBox {
     /// Allocates a channel and registers its public handle.
     pub fn create() -> Result<*mut rdma_event_channel> {
         let inner = Channel::new()?;
-        let b = Box::new(ChannelBox { public: rdma_event_channel { fd: inner.fd() }, inner: inner.clone() });
+        let b = Box::new(ChannelBox { public: rdma_event_channel { fd: inner.fd() }, inner });
         let ptr = Box::into_raw(b);
         // `public` is the first field of a repr(C) struct: same address.
         let public = ptr as *mut rdma_event_channel;
-        CHANNELS.insert(public, inner);
+        registry::register(public, Kind::Channel);
         Ok(public)
     }
 
     pub fn lookup(public: *const rdma_event_channel) -> Result<Arc<Channel>> {
-        CHANNELS.get(public).ok_or(Errno::EINVAL)
+        // SAFETY: a live channel handle points at a ChannelBox from `create`,
+        // not freed while the registry's lock is held.
+        registry::with_live(public, Kind::Channel, || unsafe { (*(public as *const ChannelBox)).inner.clone() })
+            .ok_or(Errno::EINVAL)
     }
 
     /// Unregisters and frees a channel made by `create`.
     pub fn destroy(public: *mut rdma_event_channel) -> Result<()> {
-        CHANNELS.remove(public).ok_or(Errno::EINVAL)?;
-        // SAFETY: the table held this pointer, so it came from Box::into_raw in
-        // `create` and has not been freed (removal above makes this the only free).
+        if !registry::unregister(public, Kind::Channel) {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: the registry held this pointer, so it came from Box::into_raw
+        // in `create` and has not been freed (unregistering makes this the only free).
         drop(unsafe { Box::from_raw(public as *mut ChannelBox) });
         Ok(())
     }

@@ -2,10 +2,10 @@
 //! allocation handed to the application by `rdma_get_cm_event` until it acks it.
 
 use super::id::IdCore;
-use super::registry::Table;
+use super::registry::{self, Kind};
 use crate::sys::{Errno, Result};
 use rdma_abi::cma::{rdma_cm_event, rdma_cm_event_param, rdma_cm_id};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// The largest private data any transport carries (kernel ABI buffer).
 pub const MAX_PRIVATE_DATA: usize = 256;
@@ -68,8 +68,6 @@ pub struct EventBox {
     pub owner: Arc<IdCore>,
 }
 
-static EVENTS: LazyLock<Table<Arc<IdCore>>> = LazyLock::new(Table::new);
-
 impl EventBox {
     /// Turns a pending event into the allocation given to the application and
     /// counts it as reported on its owner.
@@ -83,7 +81,7 @@ impl EventBox {
                 param: p.param.0,
             },
             private: [0; MAX_PRIVATE_DATA],
-            owner: p.owner.clone(),
+            owner: p.owner,
         });
         let n = p.private.len().min(MAX_PRIVATE_DATA);
         b.private[..n].copy_from_slice(&p.private[..n]);
@@ -97,24 +95,26 @@ impl EventBox {
                 b.public.param.conn.private_data_len = n as u8;
             }
         }
-        p.owner.reported();
+        b.owner.reported();
         let ptr = Box::into_raw(b) as *mut rdma_cm_event;
-        EVENTS.insert(ptr, p.owner);
+        registry::register(ptr, Kind::Event);
         ptr
     }
 
     /// Frees a delivered event and counts it as acked on its owner.
     pub fn ack(ev: *mut rdma_cm_event) -> Result<()> {
-        let owner = EVENTS.remove(ev).ok_or(Errno::EINVAL)?;
-        // SAFETY: the table held this pointer, so it came from Box::into_raw in
-        // `deliver` and is freed only here, once (it was just removed).
-        drop(unsafe { Box::from_raw(ev as *mut EventBox) });
+        if !registry::unregister(ev, Kind::Event) {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: the registry held this pointer, so it came from Box::into_raw
+        // in `deliver` and is freed only here, once (it was just unregistered).
+        let EventBox { owner, .. } = *unsafe { Box::from_raw(ev as *mut EventBox) };
         owner.acked();
         Ok(())
     }
 
     pub fn is_live(ev: *const rdma_cm_event) -> bool {
-        EVENTS.get(ev).is_some()
+        registry::with_live(ev, Kind::Event, || ()).is_some()
     }
 }
 

@@ -5,11 +5,11 @@
 use super::channel::{Channel, ChannelBox};
 use super::event::{Acct, EventBox, IdPtr, Param, Pending};
 use super::options::Options;
-use super::registry::{lock, Table};
+use super::registry::{self, lock, Kind};
 use crate::sys::{Errno, Result};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::ibv_ece;
-use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const IBV_QPT_RC: u32 = 2;
 const IBV_QPT_UD: u32 = 4;
@@ -51,8 +51,6 @@ pub struct IdBox {
     pub public: rdma_cm_id,
     pub core: Arc<IdCore>,
 }
-
-static IDS: LazyLock<Table<Arc<IdCore>>> = LazyLock::new(Table::new);
 
 /// `qp_type` implied by a port space; `None` for an unknown one.
 pub fn qp_type_for(ps: u32) -> Option<u32> {
@@ -196,6 +194,16 @@ impl IdBox {
         ps: u32,
         qp_type: Option<u32>,
     ) -> Result<*mut rdma_cm_id> {
+        Self::create_core(channel, context, ps, qp_type).map(|(ptr, _)| ptr)
+    }
+
+    /// `create`, also giving the new id's core.
+    pub fn create_core(
+        channel: *mut rdma_event_channel,
+        context: *mut libc::c_void,
+        ps: u32,
+        qp_type: Option<u32>,
+    ) -> Result<(*mut rdma_cm_id, Arc<IdCore>)> {
         let qp_type = match qp_type {
             Some(t) => t,
             None => qp_type_for(ps).ok_or(Errno::EINVAL)?,
@@ -234,19 +242,26 @@ impl IdBox {
         // SAFETY: just allocated; `core` is not shared yet, so get_mut succeeds.
         let b = unsafe { &mut *(ptr as *mut IdBox) };
         Arc::get_mut(&mut b.core).ok_or(Errno::EIO)?.ptr = IdPtr(ptr);
-        IDS.insert(ptr, b.core.clone());
-        Ok(ptr)
+        let core = b.core.clone();
+        registry::register(ptr, Kind::Id);
+        Ok((ptr, core))
     }
 
     pub fn lookup(ptr: *const rdma_cm_id) -> Result<Arc<IdCore>> {
-        IDS.get(ptr).ok_or(Errno::EINVAL)
+        // SAFETY: a live id handle points at an IdBox from `create`, not freed
+        // while the registry's lock is held.
+        registry::with_live(ptr, Kind::Id, || unsafe { (*(ptr as *const IdBox)).core.clone() }).ok_or(Errno::EINVAL)
     }
 
     /// `rdma_destroy_id`: unread events are dropped, the stored sync event is
     /// acked, then the call waits until the application acked every event it
     /// was given for this id (the man page's promise).
     pub fn destroy(ptr: *mut rdma_cm_id) -> Result<()> {
-        let core = IDS.remove(ptr).ok_or(Errno::EINVAL)?;
+        if !registry::unregister(ptr, Kind::Id) {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: unregistered by this call alone, so the IdBox stays until the free below.
+        let core = unsafe { (*(ptr as *const IdBox)).core.clone() };
         crate::backend::destroy(&core);
         let chan = core.channel();
         for p in chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
@@ -262,7 +277,7 @@ impl IdBox {
         if let Some(pc) = private {
             ChannelBox::destroy(pc.0)?;
         }
-        // SAFETY: removed from IDS above (so freed once), allocated by `create`,
+        // SAFETY: unregistered above (so freed once), allocated by `create`,
         // and `alive` is now false so no `with_public` can touch it.
         drop(unsafe { Box::from_raw(ptr as *mut IdBox) });
         Ok(())

@@ -1,10 +1,14 @@
-//! Handle tables: every pointer the library hands out is recorded here, so a
-//! pointer coming back from C is looked up before it is dereferenced. Garbage
-//! or stale pointers then give EINVAL instead of a crash.
+//! The handle registry: every pointer the library hands out (channel, id,
+//! event) is recorded here with its kind, so a pointer coming back from C is
+//! checked before it is dereferenced. Garbage, stale or wrong-kind pointers
+//! then give EINVAL instead of a crash.
+//!
+//! One set for all kinds, the kind as the value: the pointer is the key, and
+//! the Arc a lookup hands out is read from the handle's own allocation.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::{Mutex, MutexGuard};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{LazyLock, Mutex, MutexGuard};
 
 /// Hasher for the library's own keys (pointers it handed out, counters):
 /// nobody can choose them, so SipHash's flooding resistance buys nothing and
@@ -38,36 +42,103 @@ impl Hasher for KeyHasher {
 /// A HashMap keyed by the library's own numbers (see `KeyHasher`).
 pub type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
-pub struct Table<V> {
-    map: Mutex<KeyMap<usize, V>>,
+/// What a registered pointer points at.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Channel,
+    Id,
+    Event,
 }
 
-impl<V: Clone> Table<V> {
-    pub fn new() -> Self {
-        Table { map: Mutex::new(KeyMap::default()) }
-    }
+static HANDLES: LazyLock<Mutex<KeyMap<usize, Kind>>> = LazyLock::new(|| Mutex::new(KeyMap::default()));
 
-    fn lock(&self) -> MutexGuard<'_, KeyMap<usize, V>> {
-        // A panic elsewhere must not poison every later call.
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
+fn handles() -> MutexGuard<'static, KeyMap<usize, Kind>> {
+    lock(&HANDLES)
+}
 
-    pub fn insert<T>(&self, ptr: *const T, v: V) {
-        self.lock().insert(ptr as usize, v);
-    }
+/// Records a freshly allocated handle.
+pub fn register<T>(ptr: *const T, kind: Kind) {
+    handles().insert(ptr as usize, kind);
+}
 
-    pub fn get<T>(&self, ptr: *const T) -> Option<V> {
-        self.lock().get(&(ptr as usize)).cloned()
+/// Runs `f` while `ptr` is a live handle of `kind`. The registry's lock is
+/// held meanwhile, so `unregister` (and the free after it) waits: `f` may
+/// read the handle's allocation.
+pub fn with_live<T, R>(ptr: *const T, kind: Kind, f: impl FnOnce() -> R) -> Option<R> {
+    let h = handles();
+    if h.get(&(ptr as usize)) != Some(&kind) {
+        return None;
     }
+    let r = f();
+    drop(h);
+    Some(r)
+}
 
-    pub fn remove<T>(&self, ptr: *const T) -> Option<V> {
-        self.lock().remove(&(ptr as usize))
+/// Forgets a live handle of `kind`; true once per registration, so exactly
+/// one caller goes on to free it.
+pub fn unregister<T>(ptr: *const T, kind: Kind) -> bool {
+    let mut h = handles();
+    match h.remove(&(ptr as usize)) {
+        Some(k) if k == kind => true,
+        Some(other) => {
+            h.insert(ptr as usize, other);
+            false
+        }
+        None => false,
     }
 }
 
-impl<V: Clone> Default for Table<V> {
+/// Numbers handed to the kernel (the `uid` it echoes in events): a slot index
+/// in the low 32 bits and the slot's generation above, so the number of
+/// something gone never finds what took its slot. A slab: less code than a
+/// hash map on the calls that make and destroy ids.
+pub struct Cookies<T> {
+    slots: Vec<(u32, Option<T>)>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Cookies<T> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl<T> Cookies<T> {
+    pub const fn new() -> Self {
+        Cookies { slots: Vec::new(), free: Vec::new() }
+    }
+
+    /// Stores what `make` builds from its new cookie.
+    pub fn insert_with(&mut self, make: impl FnOnce(u64) -> T) -> &T {
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push((0, None));
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[i];
+        slot.0 = slot.0.wrapping_add(1);
+        slot.1.insert(make(((slot.0 as u64) << 32) | i as u64))
+    }
+
+    pub fn get(&self, cookie: u64) -> Option<&T> {
+        match self.slots.get(cookie as u32 as usize) {
+            Some((gen, v)) if *gen == (cookie >> 32) as u32 => v.as_ref(),
+            _ => None,
+        }
+    }
+
+    pub fn remove(&mut self, cookie: u64) -> Option<T> {
+        let i = cookie as u32;
+        let v = match self.slots.get_mut(i as usize) {
+            Some(slot) if slot.0 == (cookie >> 32) as u32 => slot.1.take(),
+            _ => None,
+        };
+        if v.is_some() {
+            self.free.push(i);
+        }
+        v
     }
 }
 
@@ -77,5 +148,41 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[allow(dead_code)]
-fn _assert_hash<K: Hash>() {}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_do_not_mix_and_unregister_once() {
+        let a = Box::into_raw(Box::new(1u64));
+        register(a, Kind::Id);
+        assert_eq!(with_live(a, Kind::Id, || 7), Some(7));
+        assert_eq!(with_live(a, Kind::Event, || 7), None);
+        assert!(!unregister(a, Kind::Channel));
+        assert_eq!(with_live(a, Kind::Id, || ()), Some(()), "a wrong-kind unregister keeps it");
+        assert!(unregister(a, Kind::Id));
+        assert!(!unregister(a, Kind::Id));
+        assert_eq!(with_live(a, Kind::Id, || ()), None);
+        // SAFETY: allocated above, unregistered, freed once.
+        drop(unsafe { Box::from_raw(a) });
+    }
+
+    #[test]
+    fn a_stale_cookie_finds_nothing_in_its_reused_slot() {
+        let mut c = Cookies::new();
+        let a = *c.insert_with(|k| k);
+        let b = *c.insert_with(|k| k);
+        assert_ne!(a, b);
+        assert_eq!(c.get(a), Some(&a));
+        assert_eq!(c.remove(a), Some(a));
+        assert_eq!(c.remove(a), None, "removed once");
+        let a2 = *c.insert_with(|k| k);
+        assert_eq!(a2 as u32, a as u32, "the free slot is reused");
+        assert_ne!(a2, a);
+        assert_eq!(c.get(a), None);
+        assert_eq!(c.remove(a), None);
+        assert_eq!(c.get(a2), Some(&a2));
+        assert_eq!(c.get(b), Some(&b));
+        assert_eq!(c.get(u64::MAX), None);
+    }
+}

@@ -17,10 +17,8 @@ entry! {
         ps: rdma_port_space,
     ) -> i32 {
         non_null(id)?;
-        let new = IdBox::create(channel, context, ps, None)?;
-        if let Ok(core) = IdBox::lookup(new) {
-            crate::backend::created(&core);
-        }
+        let (new, core) = IdBox::create_core(channel, context, ps, None)?;
+        crate::backend::created(&core);
         // SAFETY: checked non-NULL; the caller gives a writable slot.
         unsafe { out(id, new) }?;
         Ok(0)

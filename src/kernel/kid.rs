@@ -13,13 +13,13 @@ use super::abi::*;
 use super::convert;
 use super::dev::{self, Dev};
 use super::ucma::Ucma;
-use crate::cm::registry::{lock, KeyMap};
+use crate::cm::registry::{lock, Cookies};
 use crate::cm::{Channel, IdCore, Pending};
 use crate::sys::{Errno, Result};
 use crate::verbs::{ibv_detach_mcast, ibv_modify_qp};
 use rdma_abi::verbs::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `route.path_rec`: an array allocated with libc (the application reads it).
 pub struct PathArray(pub *mut ibv_sa_path_rec);
@@ -73,20 +73,29 @@ pub enum Owner {
     Mc(Arc<KId>, Arc<Mc>),
 }
 
-static OWNERS: LazyLock<Mutex<KeyMap<u64, Owner>>> = LazyLock::new(|| Mutex::new(KeyMap::default()));
-static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+/// Who each `uid` the kernel echoes belongs to.
+static OWNERS: Mutex<Cookies<Owner>> = Mutex::new(Cookies::new());
 
-fn next_key() -> u64 {
-    NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+/// Makes a thing with a new cookie and records it (wrapped by `owner`) at once.
+fn register<T: Clone>(make: impl FnOnce(u64) -> T, owner: impl FnOnce(T) -> Owner) -> T {
+    let mut made = None;
+    lock(&OWNERS).insert_with(|key| {
+        let t = make(key);
+        made = Some(t.clone());
+        owner(t)
+    });
+    made.expect("insert_with calls make")
 }
 
 /// Who an event's `uid` belongs to.
 pub fn lookup(uid: u64) -> Option<Owner> {
-    lock(&OWNERS).get(&uid).cloned()
+    lock(&OWNERS).get(uid).cloned()
 }
 
 fn forget(key: u64) {
-    lock(&OWNERS).remove(&key);
+    let gone = lock(&OWNERS).remove(key);
+    // The owner may hold the last reference to its id: dropped outside the lock.
+    drop(gone);
 }
 
 fn ext_of(core: &IdCore) -> Option<Arc<KId>> {
@@ -99,21 +108,26 @@ pub fn get(core: &Arc<IdCore>) -> Result<Arc<KId>> {
 }
 
 fn new_kid(core: &Arc<IdCore>, handle: Option<u32>, file: Arc<Ucma>) -> Arc<KId> {
-    Arc::new(KId {
-        core: core.clone(),
-        key: next_key(),
-        st: Mutex::new(KSt {
-            handle,
-            file,
-            dead: false,
-            dev: None,
-            initiator_depth: 0,
-            responder_resources: 0,
-            connect_error: false,
-            path: None,
-            mcs: Vec::new(),
-        }),
-    })
+    register(
+        |key| {
+            Arc::new(KId {
+                core: core.clone(),
+                key,
+                st: Mutex::new(KSt {
+                    handle,
+                    file,
+                    dead: false,
+                    dev: None,
+                    initiator_depth: 0,
+                    responder_resources: 0,
+                    connect_error: false,
+                    path: None,
+                    mcs: Vec::new(),
+                }),
+            })
+        },
+        Owner::Id,
+    )
 }
 
 /// The id's kernel state, creating its kernel id (on its channel's file) if
@@ -129,7 +143,6 @@ pub fn get_or_create(core: &Arc<IdCore>) -> Result<Arc<KId>> {
     }
     let u = super::source::file_of(&st.channel).ok_or(Errno::ENODEV)?;
     let k = new_kid(core, None, u.clone());
-    lock(&OWNERS).insert(k.key, Owner::Id(k.clone()));
     match u.create_id(k.key, ps, qp_type) {
         Ok(h) => {
             k.st().handle = Some(h);
@@ -146,22 +159,25 @@ pub fn get_or_create(core: &Arc<IdCore>) -> Result<Arc<KId>> {
 /// A CONNECT_REQUEST's new kernel id, given to the new core id.
 pub fn adopt(core: &Arc<IdCore>, handle: u32, file: Arc<Ucma>) -> Arc<KId> {
     let k = new_kid(core, Some(handle), file);
-    lock(&OWNERS).insert(k.key, Owner::Id(k.clone()));
     core.state().ext = Some(k.clone());
     k
 }
 
 /// A membership made before JOIN_MCAST is written (its events may come at once).
 pub fn add_mc(k: &Arc<KId>, addr: &[u8], context: usize, send_only: bool) -> Arc<Mc> {
-    let mc = Arc::new(Mc {
-        key: next_key(),
-        handle: AtomicU32::new(u32::MAX),
-        addr: addr.to_vec(),
-        context,
-        send_only,
-        attached: Mutex::new(None),
-    });
-    lock(&OWNERS).insert(mc.key, Owner::Mc(k.clone(), mc.clone()));
+    let mc = register(
+        |key| {
+            Arc::new(Mc {
+                key,
+                handle: AtomicU32::new(u32::MAX),
+                addr: addr.to_vec(),
+                context,
+                send_only,
+                attached: Mutex::new(None),
+            })
+        },
+        |mc| Owner::Mc(k.clone(), mc),
+    );
     k.st().mcs.push(mc.clone());
     mc
 }
@@ -292,7 +308,13 @@ impl KId {
 
     /// INIT_QP_ATTR(state), adjusted by `tweak`, applied to the id's QP (the
     /// QP is used under the id's lock, so rdma_destroy_qp cannot free it meanwhile).
-    pub fn modify_qp(&self, u: &Ucma, h: u32, state: u32, tweak: impl FnOnce(&mut ibv_qp_attr, &mut i32)) -> Result<()> {
+    pub fn modify_qp(
+        &self,
+        u: &Ucma,
+        h: u32,
+        state: u32,
+        tweak: impl FnOnce(&mut ibv_qp_attr, &mut i32),
+    ) -> Result<()> {
         let k = u.init_qp_attr(h, state)?;
         // SAFETY: all-zero is a valid ibv_qp_attr.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
