@@ -11,6 +11,7 @@
 # pairs our librspreload.so with Debian's. Ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tests/vm/lib.sh
 IP=${QRXE_IP:-10.10.10.1}
 OURS=$PWD/build/lib
 P_OURS=$OURS/librspreload.so
@@ -27,7 +28,10 @@ one() {
 	sargs=${sargs//@P/$port}; cargs=${cargs//@P/$port}
 	env $(envs "$sw") timeout 90 $sargs > "$out/$name.$sw-$cw.server.log" 2>&1 &
 	local spid=$!
-	sleep 2 # the kernel CM opens no TCP port to wait for; TCG is slow to start a program
+	# the server's cm_id: LISTEN, or bound for udpong (it never listens)
+	local prog=${sargs%% *} state=LISTEN
+	[ "$prog" = udpong ] && state=ADDR_BOUND
+	wait_cm_id "$prog" $state || echo "    ($name: no $state cm_id of $prog after 10 s)"
 	env $(envs "$cw") timeout 90 $cargs > "$out/$name.$sw-$cw.client.log" 2>&1
 	local crc=$? src=0
 	if [ "$exits" = 1 ]; then wait $spid; src=$?; else kill $spid 2>/dev/null; wait $spid 2>/dev/null; fi
@@ -97,7 +101,7 @@ if [ -n "$P_DEB" ] && [ -x build/rsocket/echo ]; then
 		[ $2 = ours ] && pc=$P_OURS || pc=$P_DEB
 		port=$((port+1))
 		env $(envs $1) LD_PRELOAD=$ps timeout 60 build/rsocket/echo server $port > "$out/echo.$1-$2.server.log" 2>&1 &
-		spid=$!; sleep 2
+		spid=$!; wait_cm_id echo LISTEN || echo "    (echo server $1: no LISTEN cm_id after 10 s)"
 		env $(envs $2) LD_PRELOAD=$pc timeout 60 build/rsocket/echo client $IP $port 3000000 > "$out/echo.$1-$2.client.log" 2>&1
 		crc=$?; wait $spid; src=$?
 		if [ $crc -eq 0 ] && [ $src -eq 0 ]; then echo "PASS preload echo server $1, client $2"; pass=$((pass+1))
