@@ -16,9 +16,11 @@
 //! Files: `abi` (uapi mirrors + layout proof), `ucma` (the file and its
 //! commands), `source` (a channel's file, read by rdma_get_cm_event), `kid` (per-id state, uid map, queries, QP transitions), `dev`
 //! (devices by node GUID), `convert` (kernel → verbs structs), `events`,
-//! `ece` (the QP's ECE on create and on the peer's reply).
+//! `ece` (the QP's ECE on create and on the peer's reply), `af_ib` (upstream's
+//! AF_IB probe).
 
 pub mod abi;
+pub mod af_ib;
 pub mod convert;
 pub mod dev;
 pub mod ece;
@@ -59,6 +61,7 @@ pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
     if !has_device() {
         return None;
     }
+    af_ib::probe_once();
     match source::KernelSource::open() {
         Ok(s) => Some(Box::new(s)),
         Err(e) => {
@@ -183,6 +186,9 @@ fn check_depths(ps: u32, st: &KSt, p: &ConnParam) -> Result<()> {
 
 impl Backend for Kernel {
     fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
+        if af_ib::refused(addr) {
+            return Err(Errno::EINVAL);
+        }
         let k = kid::get_or_create(id)?;
         k.with_handle(|u, h, st| {
             u.bind(h, addr)?;
@@ -191,6 +197,9 @@ impl Backend for Kernel {
     }
 
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
+        if af_ib::refused(dst) || src.is_some_and(af_ib::refused) {
+            return Err(Errno::EINVAL);
+        }
         let k = kid::get_or_create(id)?;
         k.with_handle(|u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
         id.with_public(|p| {
@@ -334,6 +343,9 @@ impl Backend for Kernel {
     }
 
     fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
+        if af_ib::refused(addr) {
+            return Err(Errno::EINVAL);
+        }
         let k = kid::get_or_create(id)?;
         let mc = kid::add_mc(&k, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
         match k.with_handle(|u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {

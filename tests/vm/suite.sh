@@ -108,6 +108,11 @@ if on dev-ours; then
 	tally dev-ours 1 < <(c-examples/run-device.sh --lib "$ROOT/build/lib" --no-build \
 		--expect "$EXPECT" "$IP" 2>&1)
 	cp build/dev-examples/ours/*.out build/dev-examples/ours/*.err "$RES/dev-ours/" 2>/dev/null
+	# upstream's AF_IB probe runs in the first channel; our trace names its result
+	tally dev-ours 1 < <(RDMACM_RS_TRACE=1 LD_LIBRARY_PATH="$ROOT/build/lib" timeout 60 \
+		build/dev-examples/ours/dev_af_ib "$IP" 2>&1 >/dev/null | grep "AF_IB probe: supported" >/dev/null &&
+		echo "PASS af_ib probe (ours): the trace reports AF_IB support" ||
+		echo "FAIL af_ib probe (ours): no 'AF_IB probe: supported' in the trace")
 	say "[dev-ours] done in $(took "$t0")"
 fi
 

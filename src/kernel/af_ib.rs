@@ -1,0 +1,61 @@
+//! Upstream's AF_IB probe (kernel-abi.md, ucma_init step 3): once per
+//! process, before its first channel gets its rdma_cm file, a synchronous
+//! RDMA_PS_IB id is bound to the AF_IB wildcard with the IP/TCP service id
+//! and destroyed. A kernel that refuses it has no AF_IB support; AF_IB
+//! addresses then get EINVAL, as upstream's `ucma_addrlen` gives them.
+//!
+//! Like upstream's, the probe runs the library's create, bind and destroy
+//! paths once during the first `rdma_create_event_channel`.
+
+use crate::cm::IdBox;
+use crate::trace;
+use rdma_abi::cma::{AF_IB, RDMA_PS_IB};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const UNKNOWN: u8 = 0;
+const PROBING: u8 = 1;
+const YES: u8 = 2;
+const NO: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// `sockaddr_ib` (48 bytes): family at 0, sid at 24, sid_mask at 32 (big endian).
+fn wildcard() -> [u8; 48] {
+    const RDMA_IB_IP_PS_TCP: u64 = 0x0000_0000_0106_0000;
+    const RDMA_IB_IP_PS_MASK: u64 = 0xFFFF_FFFF_FFFF_0000;
+    let mut a = [0u8; 48];
+    a[..2].copy_from_slice(&(AF_IB as u16).to_ne_bytes());
+    a[24..32].copy_from_slice(&RDMA_IB_IP_PS_TCP.to_be_bytes());
+    a[32..40].copy_from_slice(&RDMA_IB_IP_PS_MASK.to_be_bytes());
+    a
+}
+
+/// Runs the probe if no thread has. The probe's own channel comes back here
+/// while it runs and goes on without waiting.
+pub fn probe_once() {
+    if STATE.compare_exchange(UNKNOWN, PROBING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    let t0 = trace::start();
+    let yes = probe();
+    STATE.store(if yes { YES } else { NO }, Ordering::Release);
+    trace::emit(t0, || format!("  AF_IB probe: {}", if yes { "supported" } else { "not supported" }));
+}
+
+fn probe() -> bool {
+    use crate::backend::Backend;
+    let Ok((ptr, core)) = IdBox::create_core(std::ptr::null_mut(), std::ptr::null_mut(), RDMA_PS_IB, None) else {
+        return false;
+    };
+    super::created(&core);
+    let ok = super::Kernel.bind(&core, &wildcard()).is_ok();
+    let _ = IdBox::destroy(ptr);
+    ok
+}
+
+/// An address the kernel cannot take: AF_IB after the probe found no support.
+pub fn refused(addr: &[u8]) -> bool {
+    addr.len() >= 2
+        && u16::from_ne_bytes([addr[0], addr[1]]) as i32 == AF_IB
+        && STATE.load(Ordering::Acquire) == NO
+}
