@@ -16,7 +16,9 @@
 # translated code by virtual address, so with address randomisation each new
 # process translates every library function again on its first call, which
 # costs the bigger library more; without it, later processes reuse the
-# translations made by the warm-up and the table compares steady speed).
+# translations made by the warm-up and the table compares steady speed),
+# BENCH_BASE (a librdmacm directory to use as "C" instead of Debian's: an A/B
+# of two builds of ours).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
@@ -35,7 +37,11 @@ DATA=$RES/data.txt       # "lib round step value unit" lines
 fails=0
 say() { echo "$*" | tee -a "$RES/bench.log"; }
 now() { date +%s.%N; }
-libenv() { if [ "$1" = ours ]; then echo "LD_LIBRARY_PATH=$OURS"; else echo "-u LD_LIBRARY_PATH"; fi; }
+libenv() {
+	if [ "$1" = ours ]; then echo "LD_LIBRARY_PATH=$OURS"
+	elif [ -n "${BENCH_BASE:-}" ]; then echo "LD_LIBRARY_PATH=$BENCH_BASE"
+	else echo "-u LD_LIBRARY_PATH"; fi
+}
 
 . "$ROOT/tests/vm/lib.sh" # wait_listen
 # Reaps server $1 (started under `timeout -k 5`, so every wait is bounded);
@@ -119,6 +125,7 @@ done
 # The table: per step, ratio ours/C of the same round, min/median/max, and
 # the medians of each library.
 say ""
+[ -n "${BENCH_BASE:-}" ] && say "(\"C\" below is $BENCH_BASE, not Debian's library)"
 say "ours/C over $ROUNDS rounds (ratio < 1: ours faster); medians in ms (cmtime: step total), s (rping: client wall)"
 awk '
 	function median(a, n,   i, j, t) {

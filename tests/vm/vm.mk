@@ -66,11 +66,13 @@ vm-shell:
 # $(VM_RESULTS)/bench/bench.log.  Timings are reported, never asserted: the
 # target fails only if a program fails.  ~2.5 min in the guest under TCG (5 rounds).
 # BENCH_NOASLR=1: every program under `setarch -R` (see bench.sh: TCG re-translation).
+# BENCH_BASE=DIR: that librdmacm plays "C" (an A/B of two builds of ours).
 BENCH_ROUNDS ?= 5
+BENCH_BASE ?=
 BENCH_NOASLR ?= 0
 BENCH_VM_TIMEOUT ?= 1200
 bench-vm: lib
 	@rm -rf $(VM_RESULTS)/bench; mkdir -p $(VM_RESULTS)/bench
 	QRXE_TIMEOUT=$(BENCH_VM_TIMEOUT) QRXE_OUTDIR=$(VM_RESULTS)/bench \
-	QRXE_ENV="BENCH_RESULTS=$(VM_RESULTS)/bench BENCH_ROUNDS=$(BENCH_ROUNDS) BENCH_NOASLR=$(BENCH_NOASLR)" \
+	QRXE_ENV="BENCH_RESULTS=$(VM_RESULTS)/bench BENCH_ROUNDS=$(BENCH_ROUNDS) BENCH_NOASLR=$(BENCH_NOASLR) BENCH_BASE=$(BENCH_BASE)" \
 	  $(VM_RUN) 'bash $(CURDIR)/$(VM_DIR)/bench.sh'
