@@ -128,3 +128,52 @@ fn sync_id_completion_keeps_event_and_maps_status() {
     assert_eq!(unsafe { (*(*id).event).status }, -libc::ETIMEDOUT);
     IdBox::destroy(id).unwrap();
 }
+
+#[test]
+fn an_event_read_for_a_migrated_id_goes_to_its_new_channel() {
+    let (a, cha) = chan();
+    let (b, chb) = chan();
+    let stay = IdBox::create(a, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    let moved = IdBox::create(a, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    IdBox::migrate(moved, b).unwrap();
+    let (stay_core, moved_core) = (IdBox::lookup(stay).unwrap(), IdBox::lookup(moved).unwrap());
+    // A reader of `a` got one event for each id from the backend.
+    let mine = stay_core.take_or_post(stay_core.pending(RDMA_CM_EVENT_USER, 0, event::Param::arg(1)), &cha);
+    assert!(mine.is_some(), "an event for an id on the reader's channel is the reader's");
+    let theirs = moved_core.take_or_post(moved_core.pending(RDMA_CM_EVENT_USER, 0, event::Param::arg(2)), &cha);
+    assert!(theirs.is_none(), "an event for an id that moved is not the reader's");
+    assert!(readable(chb.fd()), "it waits on the id's new channel");
+    let ev = EventBox::deliver(chb.pop().unwrap());
+    // SAFETY: a live event we just delivered.
+    assert_eq!(unsafe { ((*ev).id, (*ev).param.arg) }, (moved, 2));
+    EventBox::ack(ev).unwrap();
+    drop(mine);
+    IdBox::destroy(stay).unwrap();
+    IdBox::destroy(moved).unwrap();
+    ChannelBox::destroy(a).unwrap();
+    ChannelBox::destroy(b).unwrap();
+}
+
+#[test]
+fn migrate_waits_until_delivered_events_are_acked() {
+    let (a, cha) = chan();
+    let (b, _) = chan();
+    let id = IdBox::create(a, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
+    let ev = EventBox::deliver(cha.pop().unwrap());
+    let (tx, rx) = mpsc::channel();
+    let (idp, bp) = (id as usize, b as usize);
+    let t = std::thread::spawn(move || {
+        IdBox::migrate(idp as *mut rdma_cm_id, bp as *mut rdma_event_channel).unwrap();
+        tx.send(()).unwrap();
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "migrate returned with an event unacked");
+    EventBox::ack(ev).unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).expect("migrate did not return after the ack");
+    t.join().unwrap();
+    // SAFETY: a live id.
+    assert_eq!(unsafe { (*id).channel }, b);
+    IdBox::destroy(id).unwrap();
+    ChannelBox::destroy(a).unwrap();
+    ChannelBox::destroy(b).unwrap();
+}
