@@ -113,8 +113,13 @@ impl EventBox {
         Ok(())
     }
 
-    pub fn is_live(ev: *const rdma_cm_event) -> bool {
-        registry::with_live(ev, Kind::Event, || ()).is_some()
+    /// Whether `ev` is a live event about `id` (not one the application
+    /// acked already, nor a newer event at the same address). A CONNECT_REQUEST
+    /// kept by rdma_get_request's new id is about that id, owned by the listener.
+    pub fn is_about(ev: *const rdma_cm_event, id: IdPtr) -> bool {
+        // SAFETY: a live event handle points at an EventBox from `deliver`, not
+        // freed while the registry's lock is held.
+        registry::with_live(ev, Kind::Event, || unsafe { (*(ev as *const EventBox)).public.id } == id.0).unwrap_or(false)
     }
 }
 

@@ -161,9 +161,10 @@ impl IdCore {
     }
 
     /// Acks the event a synchronous id keeps in `id->event`, if any.
+    /// One the application acked itself is left alone.
     pub fn ack_stored_event(&self) -> Result<()> {
         let ev = self.with_public(|p| std::mem::replace(&mut p.event, std::ptr::null_mut()))?;
-        if !ev.is_null() {
+        if !ev.is_null() && EventBox::is_about(ev, self.ptr) {
             EventBox::ack(ev)?;
         }
         Ok(())
@@ -267,7 +268,8 @@ impl IdBox {
         for p in chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
             p.discard();
         }
-        core.ack_stored_event()?;
+        // The id is unregistered already: nothing may stop it halfway.
+        let _ = core.ack_stored_event();
         core.wait_acked();
         let private = {
             let mut st = core.state();
@@ -275,7 +277,8 @@ impl IdBox {
             st.private_channel.take()
         };
         if let Some(pc) = private {
-            ChannelBox::destroy(pc.0)?;
+            // Ours, registered at create: this cannot fail.
+            let _ = ChannelBox::destroy(pc.0);
         }
         // SAFETY: unregistered above (so freed once), allocated by `create`,
         // and `alive` is now false so no `with_public` can touch it.

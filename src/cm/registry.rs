@@ -108,7 +108,9 @@ impl<T> Cookies<T> {
         Cookies { slots: Vec::new(), free: Vec::new() }
     }
 
-    /// Stores what `make` builds from its new cookie.
+    /// Stores what `make` builds from its new cookie (never 0: the kernel
+    /// drops the events of an id whose uid is 0). If `make` panics, the slot
+    /// it was given stays out of use.
     pub fn insert_with(&mut self, make: impl FnOnce(u64) -> T) -> &T {
         let i = match self.free.pop() {
             Some(i) => i as usize,
@@ -118,7 +120,7 @@ impl<T> Cookies<T> {
             }
         };
         let slot = &mut self.slots[i];
-        slot.0 = slot.0.wrapping_add(1);
+        slot.0 = slot.0.wrapping_add(1).max(1);
         slot.1.insert(make(((slot.0 as u64) << 32) | i as u64))
     }
 
@@ -184,5 +186,19 @@ mod tests {
         assert_eq!(c.get(a2), Some(&a2));
         assert_eq!(c.get(b), Some(&b));
         assert_eq!(c.get(u64::MAX), None);
+    }
+
+    #[test]
+    fn a_cookie_is_never_zero_even_when_a_generation_wraps() {
+        let mut c = Cookies::new();
+        let a = *c.insert_with(|k| k);
+        assert_eq!(a as u32, 0, "slot 0");
+        assert_ne!(a, 0);
+        c.remove(a);
+        c.slots[0].0 = u32::MAX;
+        let b = *c.insert_with(|k| k);
+        assert_eq!(b as u32, 0, "slot 0 again, its generation wrapped");
+        assert_ne!(b, 0);
+        assert_eq!(c.get(b), Some(&b));
     }
 }

@@ -177,3 +177,18 @@ fn migrate_waits_until_delivered_events_are_acked() {
     ChannelBox::destroy(a).unwrap();
     ChannelBox::destroy(b).unwrap();
 }
+
+#[test]
+fn a_sync_event_the_application_acked_itself_is_not_acked_again() {
+    let id = IdBox::create(std::ptr::null_mut(), std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    let core = IdBox::lookup(id).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
+    core.complete().unwrap();
+    // SAFETY: a live id; complete() stored the event.
+    EventBox::ack(unsafe { (*id).event }).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 2).unwrap();
+    core.complete().expect("the next synchronous step goes on");
+    assert_eq!(core.state().acct.outstanding(), 1);
+    IdBox::destroy(id).expect("destroy acks the stored event and frees the id");
+    assert_eq!(IdBox::lookup(id).err(), Some(Errno::EINVAL));
+}

@@ -59,3 +59,24 @@ pub fn refused(addr: &[u8]) -> bool {
         && u16::from_ne_bytes([addr[0], addr[1]]) as i32 == AF_IB
         && STATE.load(Ordering::Acquire) == NO
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn af_ib_addresses_are_refused_only_after_a_failed_probe() {
+        let ib = wildcard();
+        let mut ip = [0u8; 16];
+        ip[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        let before = STATE.swap(NO, Ordering::AcqRel);
+        let (ib_no, ip_no) = (refused(&ib), refused(&ip));
+        STATE.store(YES, Ordering::Release);
+        let ib_yes = refused(&ib);
+        STATE.store(before, Ordering::Release);
+        assert!(ib_no, "AF_IB without support");
+        assert!(!ip_no, "AF_INET is never refused");
+        assert!(!ib_yes, "AF_IB with support");
+        assert!(!refused(&[]), "too short to name a family");
+    }
+}
