@@ -37,6 +37,10 @@ DATA=$RES/data.txt       # "lib round step value unit" lines
 fails=0
 say() { echo "$*" | tee -a "$RES/bench.log"; }
 now() { date +%s.%N; }
+if [ -n "${BENCH_BASE:-}" ] && [ ! -e "$BENCH_BASE/librdmacm.so.1" ]; then
+	echo "bench-vm: BENCH_BASE=$BENCH_BASE has no librdmacm.so.1 (in the guest)" >&2
+	exit 2
+fi
 libenv() {
 	if [ "$1" = ours ]; then echo "LD_LIBRARY_PATH=$OURS"
 	elif [ -n "${BENCH_BASE:-}" ]; then echo "LD_LIBRARY_PATH=$BENCH_BASE"
@@ -108,7 +112,9 @@ bench_rping() {  # LIB ROUND
 }
 
 say "bench-vm: kernel $(uname -r), devices: $(ls /sys/class/infiniband | tr '\n' ' ')ip $IP, $(nproc) vCPUs; rounds $ROUNDS, cmtime -c $CONNS, rping -C $PINGS${SETARCH:+; address randomisation off ($SETARCH)}"
-say "  C = Debian's $(readlink -f /usr/lib/x86_64-linux-gnu/librdmacm.so.1); ours = $OURS/librdmacm.so.1"
+if [ -n "${BENCH_BASE:-}" ]; then c_lib=$(readlink -f "$BENCH_BASE/librdmacm.so.1")
+else c_lib="Debian's $(readlink -f /usr/lib/x86_64-linux-gnu/librdmacm.so.1)"; fi
+say "  C = $c_lib; ours = $OURS/librdmacm.so.1"
 tb=$(now)
 # Warm-up (not counted): binaries and libraries come over 9p on first use.
 for lib in C ours; do

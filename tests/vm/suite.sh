@@ -109,10 +109,14 @@ if on dev-ours; then
 		--expect "$EXPECT" "$IP" 2>&1)
 	cp build/dev-examples/ours/*.out build/dev-examples/ours/*.err "$RES/dev-ours/" 2>/dev/null
 	# upstream's AF_IB probe runs in the first channel; our trace names its result
-	tally dev-ours 1 < <(RDMACM_RS_TRACE=1 LD_LIBRARY_PATH="$ROOT/build/lib" timeout 60 \
-		build/dev-examples/ours/dev_af_ib "$IP" 2>&1 >/dev/null | grep "AF_IB probe: supported" >/dev/null &&
-		echo "PASS af_ib probe (ours): the trace reports AF_IB support" ||
-		echo "FAIL af_ib probe (ours): no 'AF_IB probe: supported' in the trace")
+	trace=$RES/dev-ours/af_ib.trace; rm -f "$trace"
+	RDMACM_RS_TRACE=$trace LD_LIBRARY_PATH="$ROOT/build/lib" timeout 60 \
+		build/dev-examples/ours/dev_af_ib "$IP" >/dev/null 2>&1
+	rc=$?
+	if [ $rc -ne 0 ]; then r="FAIL af_ib probe (ours): dev_af_ib exited $rc under the trace"
+	elif grep -q "AF_IB probe: supported" "$trace"; then r="PASS af_ib probe (ours): the trace reports AF_IB support"
+	else r="FAIL af_ib probe (ours): no 'AF_IB probe: supported' in $trace"; fi
+	tally dev-ours 1 <<<"$r"
 	say "[dev-ours] done in $(took "$t0")"
 fi
 
