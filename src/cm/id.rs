@@ -9,6 +9,7 @@ use super::registry::{self, lock, Kind};
 use crate::sys::{Errno, Result};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::ibv_ece;
+use std::cell::UnsafeCell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const IBV_QPT_RC: u32 = 2;
@@ -39,18 +40,28 @@ pub struct ChannelPtr(pub *mut rdma_event_channel);
 // SAFETY: a registered handle, used only through ChannelBox's functions.
 unsafe impl Send for ChannelPtr {}
 
+/// One allocation per id: the public struct C sees comes first, so the
+/// handle (`ptr`) is also the address of the `Arc`'s data. The registry holds
+/// one strong reference per live handle (taken back by destroy); the struct
+/// stays allocated while anything else (queued events, backends) still holds
+/// the core, but `alive` keeps everyone off it after destroy.
+#[repr(C)]
 pub struct IdCore {
+    public: UnsafeCell<rdma_cm_id>,
     pub ptr: IdPtr,
     st: Mutex<IdState>,
     cond: Condvar,
 }
 
-/// What C sees: the public struct first, so `&public` is the handle.
-#[repr(C)]
-pub struct IdBox {
-    pub public: rdma_cm_id,
-    pub core: Arc<IdCore>,
-}
+// SAFETY: `public` is touched only through `with_public`, under `st` (and by
+// the application, on its own terms, as with upstream's struct); everything
+// else in IdCore is Send + Sync.
+unsafe impl Send for IdCore {}
+// SAFETY: as above.
+unsafe impl Sync for IdCore {}
+
+/// The calls on id handles (create, lookup, destroy, migrate, user events).
+pub struct IdBox;
 
 /// `qp_type` implied by a port space; `None` for an unknown one.
 pub fn qp_type_for(ps: u32) -> Option<u32> {
@@ -87,9 +98,9 @@ impl IdCore {
         if !st.alive {
             return Err(Errno::EINVAL);
         }
-        // SAFETY: `alive` is cleared (under this lock) before the IdBox is freed,
-        // and the pointer came from Box::into_raw in `create`.
-        let r = f(unsafe { &mut *self.ptr.0 });
+        // SAFETY: the struct lives as long as `self`; `alive` (checked under the
+        // same lock every Rust access takes) is cleared by destroy.
+        let r = f(unsafe { &mut *self.public.get() });
         drop(st);
         Ok(r)
     }
@@ -216,7 +227,14 @@ impl IdBox {
         } else {
             (ChannelBox::lookup(channel)?, channel, None)
         };
-        let core = Arc::new(IdCore {
+        // SAFETY: all-zero is valid for rdma_cm_id (pointers NULL, numbers 0).
+        let mut public: rdma_cm_id = unsafe { std::mem::zeroed() };
+        public.channel = public_chan;
+        public.context = context;
+        public.ps = ps;
+        public.qp_type = qp_type;
+        let mut core = Arc::new(IdCore {
+            public: UnsafeCell::new(public),
             ptr: IdPtr(std::ptr::null_mut()),
             st: Mutex::new(IdState {
                 acct: Acct::default(),
@@ -233,25 +251,26 @@ impl IdBox {
             }),
             cond: Condvar::new(),
         });
-        // SAFETY: all-zero is valid for rdma_cm_id (pointers NULL, numbers 0).
-        let mut public: rdma_cm_id = unsafe { std::mem::zeroed() };
-        public.channel = public_chan;
-        public.context = context;
-        public.ps = ps;
-        public.qp_type = qp_type;
-        let ptr = Box::into_raw(Box::new(IdBox { public, core })) as *mut rdma_cm_id;
-        // SAFETY: just allocated; `core` is not shared yet, so get_mut succeeds.
-        let b = unsafe { &mut *(ptr as *mut IdBox) };
-        Arc::get_mut(&mut b.core).ok_or(Errno::EIO)?.ptr = IdPtr(ptr);
-        let core = b.core.clone();
+        // `public` is the first field of a repr(C) struct: same address as the data.
+        let ptr = Arc::as_ptr(&core) as *mut rdma_cm_id;
+        Arc::get_mut(&mut core).ok_or(Errno::EIO)?.ptr = IdPtr(ptr);
+        // The registry's reference, given back by `destroy`.
+        let _ = Arc::into_raw(core.clone());
         registry::register(ptr, Kind::Id);
         Ok((ptr, core))
     }
 
     pub fn lookup(ptr: *const rdma_cm_id) -> Result<Arc<IdCore>> {
-        // SAFETY: a live id handle points at an IdBox from `create`, not freed
-        // while the registry's lock is held.
-        registry::with_live(ptr, Kind::Id, || unsafe { (*(ptr as *const IdBox)).core.clone() }).ok_or(Errno::EINVAL)
+        registry::with_live(ptr, Kind::Id, || {
+            // SAFETY: a live id handle is the data pointer of an Arc<IdCore>
+            // whose registry reference is given back only after unregistering,
+            // which waits for this lock.
+            unsafe {
+                Arc::increment_strong_count(ptr as *const IdCore);
+                Arc::from_raw(ptr as *const IdCore)
+            }
+        })
+        .ok_or(Errno::EINVAL)
     }
 
     /// `rdma_destroy_id`: unread events are dropped, the stored sync event is
@@ -261,8 +280,9 @@ impl IdBox {
         if !registry::unregister(ptr, Kind::Id) {
             return Err(Errno::EINVAL);
         }
-        // SAFETY: unregistered by this call alone, so the IdBox stays until the free below.
-        let core = unsafe { (*(ptr as *const IdBox)).core.clone() };
+        // SAFETY: unregistered by this call alone: the registry's reference
+        // (from `create`) is this call's to take back, once.
+        let core = unsafe { Arc::from_raw(ptr as *const IdCore) };
         crate::backend::destroy(&core);
         let chan = core.channel();
         for p in chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
@@ -280,9 +300,8 @@ impl IdBox {
             // Ours, registered at create: this cannot fail.
             let _ = ChannelBox::destroy(pc.0);
         }
-        // SAFETY: unregistered above (so freed once), allocated by `create`,
-        // and `alive` is now false so no `with_public` can touch it.
-        drop(unsafe { Box::from_raw(ptr as *mut IdBox) });
+        // The registry's reference goes; the struct with the last one.
+        drop(core);
         Ok(())
     }
 

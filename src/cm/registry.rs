@@ -50,7 +50,10 @@ pub enum Kind {
     Event,
 }
 
-static HANDLES: LazyLock<Mutex<KeyMap<usize, Kind>>> = LazyLock::new(|| Mutex::new(KeyMap::default()));
+/// Sized for a few hundred live handles up front: programs make their ids
+/// in bursts (cmtime, servers), and each growth rehashes every entry.
+static HANDLES: LazyLock<Mutex<KeyMap<usize, Kind>>> =
+    LazyLock::new(|| Mutex::new(KeyMap::with_capacity_and_hasher(256, Default::default())));
 
 fn handles() -> MutexGuard<'static, KeyMap<usize, Kind>> {
     lock(&HANDLES)
