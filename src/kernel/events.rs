@@ -50,7 +50,7 @@ type Routed = Option<(Arc<KId>, Pending)>;
 fn conn_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32) -> Pending {
     // SAFETY: both union members are plain data; `conn` is the one the kernel
     // fills for connected ids.
-    let c = unsafe { ev.param.conn };
+    let c = unsafe { &ev.param.conn };
     let mut param = Param::zeroed();
     param.0.conn = rdma_conn_param {
         private_data: std::ptr::null(),
@@ -72,7 +72,7 @@ fn conn_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status
 fn ud_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32) -> Pending {
     // SAFETY: both union members are plain data; `ud` is the one the kernel
     // fills for UD ids and multicast.
-    let d = unsafe { ev.param.ud };
+    let d = unsafe { &ev.param.ud };
     let mut param = Param::zeroed();
     param.0.ud = rdma_ud_param {
         private_data: std::ptr::null(),
@@ -158,7 +158,7 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
             c.query_path(u, h, st)?;
             if !ud {
                 // SAFETY: plain data; `conn` is what the kernel fills for RC requests.
-                let p = unsafe { ev.param.conn };
+                let p = unsafe { &ev.param.conn };
                 let d = st.dev;
                 st.initiator_depth = d.map_or(p.initiator_depth, |d| p.initiator_depth.min(d.max_initiator_depth));
                 st.responder_resources =
