@@ -22,6 +22,20 @@ fn chan() -> (*mut rdma_event_channel, std::sync::Arc<Channel>) {
     (c, ChannelBox::lookup(c).unwrap())
 }
 
+/// Runs `call` in a thread: it must still be blocked 200 ms later, and must
+/// return within 5 s once `ev` is acked (destroy and migrate wait for acks).
+fn returns_only_after_ack(ev: *mut rdma_cm_event, what: &str, call: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        call();
+        tx.send(()).unwrap();
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "{what} returned with an event unacked");
+    EventBox::ack(ev).unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| panic!("{what} did not return after the ack"));
+    t.join().unwrap();
+}
+
 #[test]
 fn user_event_round_trip_and_readiness() {
     let (c, ch) = chan();
@@ -73,16 +87,8 @@ fn destroy_waits_for_ack_and_drops_unread_events() {
     IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
     IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 2).unwrap();
     let ev = EventBox::deliver(ch.pop().unwrap());
-    let (tx, rx) = mpsc::channel();
     let idp = id as usize;
-    let t = std::thread::spawn(move || {
-        IdBox::destroy(idp as *mut rdma_cm_id).unwrap();
-        tx.send(()).unwrap();
-    });
-    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "destroy returned with an event unacked");
-    EventBox::ack(ev).unwrap();
-    rx.recv_timeout(Duration::from_secs(5)).expect("destroy did not return after the ack");
-    t.join().unwrap();
+    returns_only_after_ack(ev, "destroy", move || IdBox::destroy(idp as *mut rdma_cm_id).unwrap());
     set_nonblock(ch.fd());
     assert_eq!(ch.pop().err(), Some(Errno::EAGAIN), "the unread event went with the id");
     ChannelBox::destroy(c).unwrap();
@@ -161,16 +167,10 @@ fn migrate_waits_until_delivered_events_are_acked() {
     let id = IdBox::create(a, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
     IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
     let ev = EventBox::deliver(cha.pop().unwrap());
-    let (tx, rx) = mpsc::channel();
     let (idp, bp) = (id as usize, b as usize);
-    let t = std::thread::spawn(move || {
-        IdBox::migrate(idp as *mut rdma_cm_id, bp as *mut rdma_event_channel).unwrap();
-        tx.send(()).unwrap();
+    returns_only_after_ack(ev, "migrate", move || {
+        IdBox::migrate(idp as *mut rdma_cm_id, bp as *mut rdma_event_channel).unwrap()
     });
-    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "migrate returned with an event unacked");
-    EventBox::ack(ev).unwrap();
-    rx.recv_timeout(Duration::from_secs(5)).expect("migrate did not return after the ack");
-    t.join().unwrap();
     // SAFETY: a live id.
     assert_eq!(unsafe { (*id).channel }, b);
     IdBox::destroy(id).unwrap();
