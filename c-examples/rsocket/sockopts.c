@@ -1,9 +1,24 @@
 /* rsetsockopt/rgetsockopt/rfcntl/rgetsockname/rgetpeername on stream
  * rsockets: buffer sizes (doubled, as Linux does), SOL_RDMA sizes before
- * connecting, TCP options, SO_RCVTIMEO, unknown options: ENOTSUP (upstream's
+ * connecting, TCP options, SO_RCVTIMEO (also across a MSG_WAITALL receive), unknown options: ENOTSUP (upstream's
  * quirk), rfcntl beyond GETFL/SETFL/GETFD/SETFD: ENOTSUP; addresses of both
  * ends agree. */
 #include "rs_util.h"
+
+/* Sends 10 bytes every 150 ms, 6 times: each gap is shorter than the 200 ms
+ * receive timeout, their sum much longer. */
+static void *trickle(void *arg)
+{
+	int fd = *(int *)arg;
+	char piece[10] = "trickle..";
+
+	for (int i = 0; i < 6; i++) {
+		usleep(150000);
+		if (rsend(fd, piece, sizeof(piece), 0) != sizeof(piece))
+			break;
+	}
+	return NULL;
+}
 
 static int get_int(int fd, int level, int name)
 {
@@ -82,6 +97,20 @@ int main(int argc, char **argv)
 	ret = rrecv(s, buf, sizeof(buf), 0);
 	CHECK(ret == -1 && errno == EAGAIN && now_ms() - t0 >= 150 && now_ms() - t0 < 3000,
 	      "rrecv times out with EAGAIN", "ret %d errno %d after %lld ms", ret, errno, now_ms() - t0);
+	/* SO_RCVTIMEO bounds the whole call (as Linux counts it down), not each
+	 * wait between the pieces a MSG_WAITALL receive gathers: the call returns
+	 * what arrived when the 200 ms are up. */
+	{
+		pthread_t t;
+		char all[60];
+
+		pthread_create(&t, NULL, trickle, &c);
+		t0 = now_ms();
+		ret = rrecv(s, all, sizeof(all), MSG_WAITALL);
+		CHECK(ret > 0 && ret < (int)sizeof(all), "SO_RCVTIMEO ends a MSG_WAITALL receive with what arrived",
+		      "ret %d errno %d after %lld ms", ret, errno, now_ms() - t0);
+		pthread_join(t, NULL);
+	}
 	rclose(c);
 	rclose(s);
 	rclose(l);

@@ -818,6 +818,8 @@ impl Stream {
             return Ok(0);
         }
         let mut got = 0;
+        // One SO_RCVTIMEO for the whole call, however many pieces it gathers.
+        let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
         loop {
             self.progress(&mut st);
             if let Some(c) = st.conn.as_mut() {
@@ -848,7 +850,6 @@ impl Stream {
                 // each). MSG_WAITALL does not make a non-blocking call wait (TCP).
                 return if got > 0 { Ok(got) } else { Err(Errno::EAGAIN) };
             }
-            let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
             match self.wait(st, false, deadline, |s| s.have_data() || !s.readable || s.phase != Phase::Open)
             {
                 Ok(g) => st = g,
