@@ -57,10 +57,7 @@ pub unsafe fn modify_to(id: &Arc<crate::cm::IdCore>, qp: *mut ibv_qp, state: u32
     let mut mask = 0;
     b.init_qp_attr(id, &mut attr, &mut mask)?;
     // SAFETY: a QP of this id, a filled attribute struct.
-    match unsafe { ibv_modify_qp(qp, &mut attr, mask) } {
-        0 => Ok(()),
-        e => Err(Errno(e.abs())),
-    }
+    crate::verbs::verr(unsafe { ibv_modify_qp(qp, &mut attr, mask) })
 }
 
 /// Moves `qp` to the error state (flushing its work requests).

@@ -63,6 +63,14 @@ pub unsafe fn port_attr(ctx: *mut ibv_context, port: u8) -> Option<ibv_port_attr
     (!ctx.is_null() && unsafe { ibv_query_port(ctx, port, &mut a) } == 0).then_some(a)
 }
 
+/// A verbs call's return (0, or an errno, possibly negated) as a Result.
+pub fn verr(ret: std::ffi::c_int) -> Result<(), crate::sys::Errno> {
+    match ret {
+        0 => Ok(()),
+        r => Err(crate::sys::Errno(r.abs())),
+    }
+}
+
 /// `ibv_query_device`; the errno when it fails.
 ///
 /// # Safety
@@ -74,8 +82,5 @@ pub unsafe fn device_attr(ctx: *mut ibv_context) -> Result<ibv_device_attr, crat
     // SAFETY: all-zero is a valid ibv_device_attr.
     let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: per the contract, and a writable attribute block.
-    match unsafe { ibv_query_device(ctx, &mut a) } {
-        0 => Ok(a),
-        r => Err(crate::sys::Errno(r.abs())),
-    }
+    verr(unsafe { ibv_query_device(ctx, &mut a) }).map(|()| a)
 }

@@ -5,7 +5,7 @@
 
 use crate::cm::IdBox;
 use crate::sys::{Errno, Result};
-use crate::verbs::{ibv_ack_cq_events, ibv_dereg_mr, ibv_get_cq_event, ibv_reg_mr};
+use crate::verbs::{ibv_ack_cq_events, ibv_dereg_mr, ibv_get_cq_event, ibv_reg_mr, verr};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::ffi::{c_int, c_void};
@@ -22,13 +22,6 @@ fn objs(id: *mut rdma_cm_id) -> Result<Objs> {
 }
 
 /// A verbs call that returns an errno value (0 = success).
-fn verr(ret: c_int) -> Result<c_int> {
-    match ret {
-        0 => Ok(0),
-        r => Err(Errno(r.abs())),
-    }
-}
-
 fn reg(id: *mut rdma_cm_id, addr: *mut c_void, length: usize, access: u32) -> Result<*mut ibv_mr> {
     let o = objs(id)?;
     // SAFETY: the id's PD (or NULL, which libibverbs rejects) and the caller's buffer.
@@ -61,7 +54,7 @@ entry! {
     fn rdma_dereg_mr(mr: *mut ibv_mr) -> c_int {
         super::args::non_null(mr)?;
         // SAFETY: an MR from rdma_reg_*/ibv_reg_mr, per the man page.
-        verr(unsafe { ibv_dereg_mr(mr.cast()) })
+        verr(unsafe { ibv_dereg_mr(mr.cast()) }).map(|()| 0)
     }
 }
 
@@ -74,11 +67,11 @@ fn post_recv(id: *mut rdma_cm_id, context: *mut c_void, sgl: *mut ibv_sge, nsge:
     unsafe {
         if !o.srq.is_null() {
             let f = (*(*o.srq).context).ops.post_srq_recv.ok_or(Errno::ENOSYS)?;
-            verr(f(o.srq, &mut wr, &mut bad))
+            verr(f(o.srq, &mut wr, &mut bad)).map(|()| 0)
         } else {
             super::args::non_null(o.qp)?;
             let f = (*(*o.qp).context).ops.post_recv.ok_or(Errno::ENOSYS)?;
-            verr(f(o.qp, &mut wr, &mut bad))
+            verr(f(o.qp, &mut wr, &mut bad)).map(|()| 0)
         }
     }
 }
@@ -105,7 +98,7 @@ fn post_send(
     // SAFETY: the id's QP, created by verbs; the request lives across the call.
     unsafe {
         let f = (*(*o.qp).context).ops.post_send.ok_or(Errno::ENOSYS)?;
-        verr(f(o.qp, &mut wr, &mut bad))
+        verr(f(o.qp, &mut wr, &mut bad)).map(|()| 0)
     }
 }
 

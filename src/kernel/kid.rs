@@ -16,7 +16,7 @@ use super::ucma::Ucma;
 use crate::cm::registry::{lock, Cookies};
 use crate::cm::{Channel, IdCore, Pending};
 use crate::sys::{Errno, Result};
-use crate::verbs::{ibv_detach_mcast, ibv_modify_qp};
+use crate::verbs::{ibv_detach_mcast, ibv_modify_qp, verr};
 use rdma_abi::verbs::*;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -325,10 +325,7 @@ impl KId {
                 return Err(Errno::EINVAL);
             }
             // SAFETY: the id's live QP (guarded by the id's lock) and a filled attribute block.
-            match unsafe { ibv_modify_qp(p.qp, &mut a, mask) } {
-                0 => Ok(()),
-                e => Err(Errno(e.abs())),
-            }
+            verr(unsafe { ibv_modify_qp(p.qp, &mut a, mask) })
         })?
     }
 
@@ -343,10 +340,7 @@ impl KId {
                 let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
                 a.qp_state = state;
                 // SAFETY: the id's live QP (guarded by the id's lock).
-                match unsafe { ibv_modify_qp(p.qp, &mut a, IBV_QP_STATE as i32) } {
-                    0 => Ok(()),
-                    e => Err(Errno(e.abs())),
-                }
+                verr(unsafe { ibv_modify_qp(p.qp, &mut a, IBV_QP_STATE as i32) })
             })
             .unwrap_or(Ok(()))
     }

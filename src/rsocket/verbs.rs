@@ -20,13 +20,6 @@ extern "C" {
 }
 
 /// A verbs call returning an errno value (0 = success), possibly negated.
-pub fn verr(ret: c_int) -> Result<()> {
-    match ret {
-        0 => Ok(()),
-        r => Err(Errno(r.abs())),
-    }
-}
-
 /// The largest message a UD QP on `port` carries: its active MTU in bytes (0
 /// when it cannot be asked). UD sends beyond it are dropped on the wire.
 pub fn ud_mtu(verbs: *mut ibv_context, port: u8) -> usize {

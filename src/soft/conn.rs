@@ -95,10 +95,7 @@ fn add_peer(gid: &[u8; 16], qpn: u32, endpoint: Option<SocketAddr>) -> Result<()
     net::to_storage(&ep, &mut st);
     let len = if ep.is_ipv4() { 16 } else { 28 };
     // SAFETY: the soft device's context, a valid gid and socket address.
-    match unsafe { f(d.ctx as *mut ibv_context, &g, qpn, st.as_ptr().cast(), len) } {
-        0 => Ok(()),
-        e => Err(Errno(e.abs())),
-    }
+    crate::verbs::verr(unsafe { f(d.ctx as *mut ibv_context, &g, qpn, st.as_ptr().cast(), len) })
 }
 
 fn modify(s: &SoftId, qp: *mut ibv_qp, states: &[u32]) -> Result<()> {
