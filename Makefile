@@ -64,10 +64,10 @@ test-c: lib
 	bash c-examples/run.sh
 
 # Debian's programs and our device-level c-examples on the soft fabric (issue 4).
+# dev_unreachable runs in netns.sh; dev_af_ib needs AF_IB, which the soft fabric (IP only) lacks.
 test-soft: all
 	bash tests/soft/run.sh
 	SOFT=1 VALGRIND=0 bash c-examples/run.sh
-	# dev_unreachable runs in netns.sh; dev_af_ib needs AF_IB, which the soft fabric (IP only) lacks
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect rxe 127.0.0.1 \
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 	bash tests/soft/netns.sh

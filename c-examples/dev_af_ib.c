@@ -14,11 +14,6 @@
 
 #include "dev.h"
 
-#ifndef RDMA_IB_IP_PS_TCP
-#define RDMA_IB_IP_PS_TCP 0x0000000001060000ULL
-#define RDMA_IB_IP_PS_MASK 0xFFFFFFFFFFFF0000ULL
-#endif
-
 static void bind_wildcard(struct rdma_event_channel *ch, const char *what)
 {
 	struct rdma_cm_id *id = NULL;

@@ -113,9 +113,10 @@ impl EventBox {
         Ok(())
     }
 
-    /// Whether `ev` is a live event about `id` (not one the application
-    /// acked already, nor a newer event at the same address). A CONNECT_REQUEST
-    /// kept by rdma_get_request's new id is about that id, owned by the listener.
+    /// Whether `ev` is a live event about `id` (not one the application acked
+    /// already, nor a newer event about another id at the same address). A
+    /// CONNECT_REQUEST kept by rdma_get_request's new id is about that id,
+    /// owned by the listener.
     pub fn is_about(ev: *const rdma_cm_event, id: IdPtr) -> bool {
         // SAFETY: a live event handle points at an EventBox from `deliver`, not
         // freed while the registry's lock is held.

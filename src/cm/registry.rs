@@ -81,14 +81,7 @@ pub fn with_live<T, R>(ptr: *const T, kind: Kind, f: impl FnOnce() -> R) -> Opti
 /// one caller goes on to free it.
 pub fn unregister<T>(ptr: *const T, kind: Kind) -> bool {
     let mut h = handles();
-    match h.remove(&(ptr as usize)) {
-        Some(k) if k == kind => true,
-        Some(other) => {
-            h.insert(ptr as usize, other);
-            false
-        }
-        None => false,
-    }
+    h.get(&(ptr as usize)) == Some(&kind) && h.remove(&(ptr as usize)).is_some()
 }
 
 /// Numbers handed to the kernel (the `uid` it echoes in events): a slot index

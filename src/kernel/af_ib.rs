@@ -9,7 +9,8 @@
 
 use crate::cm::IdBox;
 use crate::trace;
-use rdma_abi::cma::{AF_IB, RDMA_PS_IB};
+use rdma_abi::cma::{sockaddr_ib, AF_IB, RDMA_IB_IP_PS_MASK, RDMA_IB_IP_PS_TCP, RDMA_PS_IB};
+use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 const UNKNOWN: u8 = 0;
@@ -19,14 +20,13 @@ const NO: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// `sockaddr_ib` (48 bytes): family at 0, sid at 24, sid_mask at 32 (big endian).
-fn wildcard() -> [u8; 48] {
-    const RDMA_IB_IP_PS_TCP: u64 = 0x0000_0000_0106_0000;
-    const RDMA_IB_IP_PS_MASK: u64 = 0xFFFF_FFFF_FFFF_0000;
-    let mut a = [0u8; 48];
-    a[..2].copy_from_slice(&(AF_IB as u16).to_ne_bytes());
-    a[24..32].copy_from_slice(&RDMA_IB_IP_PS_TCP.to_be_bytes());
-    a[32..40].copy_from_slice(&RDMA_IB_IP_PS_MASK.to_be_bytes());
+/// The AF_IB wildcard with the IP/TCP service id, as a `sockaddr_ib`'s bytes.
+fn wildcard() -> [u8; size_of::<sockaddr_ib>()] {
+    let mut a = [0u8; size_of::<sockaddr_ib>()];
+    let mut put = |at: usize, b: &[u8]| a[at..at + b.len()].copy_from_slice(b);
+    put(offset_of!(sockaddr_ib, sib_family), &(AF_IB as u16).to_ne_bytes());
+    put(offset_of!(sockaddr_ib, sib_sid), &RDMA_IB_IP_PS_TCP.to_be_bytes());
+    put(offset_of!(sockaddr_ib, sib_sid_mask), &RDMA_IB_IP_PS_MASK.to_be_bytes());
     a
 }
 
@@ -47,7 +47,7 @@ fn probe() -> bool {
     let Ok((ptr, core)) = IdBox::create_core(std::ptr::null_mut(), std::ptr::null_mut(), RDMA_PS_IB, None) else {
         return false;
     };
-    super::created(&core);
+    // bind makes the kernel id first, as it does for any id without one.
     let ok = super::Kernel.bind(&core, &wildcard()).is_ok();
     let _ = IdBox::destroy(ptr);
     ok

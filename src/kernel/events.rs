@@ -137,7 +137,7 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
         let _ = u.destroy_id(ev.id);
         return None;
     };
-    let ptr = match IdBox::create(ch, ctx, ps, Some(qpt)) {
+    let (ptr, core) = match IdBox::create_core(ch, ctx, ps, Some(qpt)) {
         Ok(p) => p,
         Err(_) => {
             let _ = u.destroy_id(ev.id);
@@ -146,7 +146,6 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
     };
     // From here the new id owns the kernel id: destroying it destroys both.
     let setup = || -> Result<Arc<KId>> {
-        let core = IdBox::lookup(ptr)?;
         // The new kernel id is on the file the request came from.
         let c = kid::adopt(&core, ev.id, u.clone());
         if l.core.is_sync() {

@@ -461,12 +461,12 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
 /// own private channel when the listener is synchronous).
 fn new_child(l: &Arc<SoftId>) -> Option<Arc<SoftId>> {
     let (ch, ctx, ps, qpt) = l.core.with_public(|p| (p.channel, p.context, p.ps, p.qp_type)).ok()?;
-    let ptr = IdBox::create(ch, ctx, ps, Some(qpt)).ok()?;
+    let (ptr, core) = IdBox::create_core(ch, ctx, ps, Some(qpt)).ok()?;
     if l.core.is_sync() && IdBox::migrate(ptr, std::ptr::null_mut()).is_err() {
         let _ = IdBox::destroy(ptr);
         return None;
     }
-    Some(soft_id(&IdBox::lookup(ptr).ok()?))
+    Some(soft_id(&core))
 }
 
 pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
