@@ -74,7 +74,7 @@ impl Spin {
 /// own, then `finish` hands each rsocket its entries (on drop at the latest, so
 /// an early return cannot leave a rsocket counting a sleeper that left).
 pub struct Sleep<'a> {
-    pub fds: Vec<libc::pollfd>,
+    fds: Vec<libc::pollfd>,
     socks: Vec<(&'a Sock, usize)>,
     finished: bool,
 }
