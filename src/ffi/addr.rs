@@ -114,7 +114,7 @@ entry! {
         let core = IdBox::lookup(id)?;
         // SAFETY: the caller passes a socket address as long as its family says.
         let a = unsafe { sockaddr(addr) }?;
-        backend::device()?.bind(&core, &a).map(|()| 0)
+        backend::device()?.bind(&core, a).map(|()| 0)
     }
 }
 
@@ -132,7 +132,7 @@ entry! {
             let src = if src_addr.is_null() { None } else { Some(sockaddr(src_addr)?) };
             (src, dst)
         };
-        backend::device()?.resolve_addr(&core, src.as_deref(), &dst, timeout_ms).map(|()| 0)
+        backend::device()?.resolve_addr(&core, src, dst, timeout_ms).map(|()| 0)
     }
 }
 

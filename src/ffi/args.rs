@@ -23,11 +23,13 @@ pub fn addr_len(family: i32) -> usize {
     }
 }
 
-/// Copies a socket address whose length follows from its family.
+/// The bytes of a socket address whose length follows from its family,
+/// borrowed for the call (no copy: every caller is done with it on return).
 ///
 /// # Safety
-/// `p` is NULL or points to a socket address as long as its family says.
-pub unsafe fn sockaddr(p: *const libc::sockaddr) -> Result<Vec<u8>> {
+/// `p` is NULL or points to a socket address as long as its family says,
+/// valid and unchanged for `'a`.
+pub unsafe fn sockaddr<'a>(p: *const libc::sockaddr) -> Result<&'a [u8]> {
     if p.is_null() {
         return Err(Errno::EINVAL);
     }
@@ -37,7 +39,7 @@ pub unsafe fn sockaddr(p: *const libc::sockaddr) -> Result<Vec<u8>> {
         return Err(Errno(libc::EAFNOSUPPORT));
     }
     // SAFETY: the family promises `len` readable bytes.
-    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec())
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
 }
 
 /// Writes an out-parameter, refusing NULL.

@@ -12,7 +12,7 @@ entry! {
         let core = IdBox::lookup(id)?;
         // SAFETY: the caller passes a socket address as long as its family says.
         let a = unsafe { sockaddr(addr) }?;
-        backend::device()?.join_multicast(&core, &a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context as usize).map(|()| 0)
+        backend::device()?.join_multicast(&core, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context as usize).map(|()| 0)
     }
 }
 
@@ -37,7 +37,7 @@ entry! {
         }
         // SAFETY: as for rdma_join_multicast.
         let addr = unsafe { sockaddr(a.addr) }?;
-        backend::device()?.join_multicast(&core, &addr, a.join_flags, context as usize).map(|()| 0)
+        backend::device()?.join_multicast(&core, addr, a.join_flags, context as usize).map(|()| 0)
     }
 }
 
@@ -46,6 +46,6 @@ entry! {
         let core = IdBox::lookup(id)?;
         // SAFETY: as for rdma_join_multicast.
         let a = unsafe { sockaddr(addr) }?;
-        backend::device()?.leave_multicast(&core, &a).map(|()| 0)
+        backend::device()?.leave_multicast(&core, a).map(|()| 0)
     }
 }
