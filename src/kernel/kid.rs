@@ -133,6 +133,10 @@ fn new_kid(core: &Arc<IdCore>, handle: Option<u32>, file: Arc<Ucma>) -> Arc<KId>
 /// The id's kernel state, creating its kernel id (on its channel's file) if
 /// it has none yet. A channel without a file means no device: ENODEV.
 pub fn get_or_create(core: &Arc<IdCore>) -> Result<Arc<KId>> {
+    // Every call after rdma_create_id finds it: one lock, not two.
+    if let Some(k) = ext_of(core) {
+        return Ok(k);
+    }
     let (ps, qp_type) = core.with_public(|p| (p.ps, p.qp_type))?;
     let mut st = core.state();
     if let Some(k) = st.ext.as_ref().and_then(|e| e.clone().downcast::<KId>().ok()) {
