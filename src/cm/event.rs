@@ -53,7 +53,7 @@ pub struct Pending {
 impl Pending {
     /// Drops an event nobody will read: a connect request's new id goes with it.
     pub fn discard(self) {
-        if self.id != self.owner.ptr {
+        if self.id != self.owner.ptr() {
             let _ = super::IdBox::destroy(self.id.0);
         }
     }

@@ -41,24 +41,27 @@ pub struct ChannelPtr(pub *mut rdma_event_channel);
 unsafe impl Send for ChannelPtr {}
 
 /// One allocation per id: the public struct C sees comes first, so the
-/// handle (`ptr`) is also the address of the `Arc`'s data. The registry holds
-/// one strong reference per live handle (taken back by destroy); the struct
-/// stays allocated while anything else (queued events, backends) still holds
-/// the core, but `alive` keeps everyone off it after destroy.
+/// handle (`ptr()`) is also the address of the `Arc`'s data. The registry
+/// holds one strong reference per live handle (taken back by destroy); the
+/// struct stays allocated while anything else (queued events, backends) still
+/// holds the core, but `alive` keeps everyone off it after destroy.
 #[repr(C)]
 pub struct IdCore {
-    public: UnsafeCell<rdma_cm_id>,
-    pub ptr: IdPtr,
+    public: Public,
     st: Mutex<IdState>,
     cond: Condvar,
 }
 
-// SAFETY: `public` is touched only through `with_public`, under `st` (and by
-// the application, on its own terms, as with upstream's struct); everything
-// else in IdCore is Send + Sync.
-unsafe impl Send for IdCore {}
+/// The struct the application reads and writes on its own terms (as with
+/// upstream's); the library only through `IdCore::with_public`.
+struct Public(UnsafeCell<rdma_cm_id>);
+
+// SAFETY: the library touches the struct only in `with_public`, under the
+// id's state lock; what it holds (C pointers) is data for C, never used by
+// the library without that lock.
+unsafe impl Send for Public {}
 // SAFETY: as above.
-unsafe impl Sync for IdCore {}
+unsafe impl Sync for Public {}
 
 /// The calls on id handles (create, lookup, destroy, migrate, user events).
 pub struct IdBox;
@@ -75,6 +78,11 @@ pub fn qp_type_for(ps: u32) -> Option<u32> {
 impl IdCore {
     pub fn state(&self) -> MutexGuard<'_, IdState> {
         lock(&self.st)
+    }
+
+    /// The handle C has: the public struct's address.
+    pub fn ptr(&self) -> IdPtr {
+        IdPtr(self.public.0.get())
     }
 
     pub(crate) fn reported(&self) {
@@ -100,7 +108,7 @@ impl IdCore {
         }
         // SAFETY: the struct lives as long as `self`; `alive` (checked under the
         // same lock every Rust access takes) is cleared by destroy.
-        let r = f(unsafe { &mut *self.public.get() });
+        let r = f(unsafe { &mut *self.public.0.get() });
         drop(st);
         Ok(r)
     }
@@ -117,7 +125,7 @@ impl IdCore {
     pub fn pending(self: &Arc<Self>, event: u32, status: i32, param: Param) -> Pending {
         Pending {
             owner: self.clone(),
-            id: self.ptr,
+            id: self.ptr(),
             listen_id: IdPtr(std::ptr::null_mut()),
             event,
             status,
@@ -175,7 +183,7 @@ impl IdCore {
     /// One the application acked itself is left alone.
     pub fn ack_stored_event(&self) -> Result<()> {
         let ev = self.with_public(|p| std::mem::replace(&mut p.event, std::ptr::null_mut()))?;
-        if !ev.is_null() && EventBox::is_about(ev, self.ptr) {
+        if !ev.is_null() && EventBox::is_about(ev, self.ptr()) {
             EventBox::ack(ev)?;
         }
         Ok(())
@@ -233,9 +241,8 @@ impl IdBox {
         public.context = context;
         public.ps = ps;
         public.qp_type = qp_type;
-        let mut core = Arc::new(IdCore {
-            public: UnsafeCell::new(public),
-            ptr: IdPtr(std::ptr::null_mut()),
+        let core = Arc::new(IdCore {
+            public: Public(UnsafeCell::new(public)),
             st: Mutex::new(IdState {
                 acct: Acct::default(),
                 channel: chan,
@@ -251,9 +258,9 @@ impl IdBox {
             }),
             cond: Condvar::new(),
         });
+        let ptr = core.ptr().0;
         // `public` is the first field of a repr(C) struct: same address as the data.
-        let ptr = Arc::as_ptr(&core) as *mut rdma_cm_id;
-        Arc::get_mut(&mut core).ok_or(Errno::EIO)?.ptr = IdPtr(ptr);
+        debug_assert_eq!(ptr as usize, Arc::as_ptr(&core) as usize);
         // The registry's reference, given back by `destroy`.
         let _ = Arc::into_raw(core.clone());
         registry::register(ptr, Kind::Id);

@@ -174,7 +174,7 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
     }
     let mut p = by_type(&l.core, ev, RDMA_CM_EVENT_CONNECT_REQUEST, ev.status as i32);
     p.id = crate::cm::event::IdPtr(ptr);
-    p.listen_id = l.core.ptr;
+    p.listen_id = l.core.ptr();
     Some((l.clone(), p))
 }
 

@@ -451,8 +451,8 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
     child.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
     c.set_owner(Owner::Id(Arc::downgrade(&child)));
     let mut p = l.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, conn_param(&m, true));
-    p.id = child.core.ptr;
-    p.listen_id = l.core.ptr;
+    p.id = child.core.ptr();
+    p.listen_id = l.core.ptr();
     p.private = padded(&m.private, REQ_DATA);
     l.post_pending(p);
 }
@@ -680,8 +680,8 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
                 st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
             }
             let mut p = s.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, Param::zeroed());
-            p.id = child.core.ptr;
-            p.listen_id = s.core.ptr;
+            p.id = child.core.ptr();
+            p.listen_id = s.core.ptr();
             p.private = padded(&m.private, SIDR_REQ_DATA);
             p.ud = true;
             s.post_pending(p);
