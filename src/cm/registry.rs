@@ -104,10 +104,10 @@ impl<T> Cookies<T> {
         Cookies { slots: Vec::new(), free: Vec::new() }
     }
 
-    /// Stores what `make` builds from its new cookie (never 0: the kernel
-    /// drops the events of an id whose uid is 0). If `make` panics, the slot
-    /// it was given stays out of use.
-    pub fn insert_with(&mut self, make: impl FnOnce(u64) -> T) -> &T {
+    /// A new cookie (never 0: the kernel drops the events of an id whose uid
+    /// is 0). Its slot finds nothing until `fill`; the caller fills it before
+    /// the cookie reaches the kernel.
+    pub fn reserve(&mut self) -> u64 {
         let i = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -117,7 +117,16 @@ impl<T> Cookies<T> {
         };
         let slot = &mut self.slots[i];
         slot.0 = slot.0.wrapping_add(1).max(1);
-        slot.1.insert(make(((slot.0 as u64) << 32) | i as u64))
+        ((slot.0 as u64) << 32) | i as u64
+    }
+
+    /// Stores `v` under a cookie `reserve` gave.
+    pub fn fill(&mut self, cookie: u64, v: T) {
+        if let Some(slot) = self.slots.get_mut(cookie as u32 as usize) {
+            if slot.0 == (cookie >> 32) as u32 {
+                slot.1 = Some(v);
+            }
+        }
     }
 
     pub fn get(&self, cookie: u64) -> Option<&T> {
@@ -165,16 +174,24 @@ mod tests {
         drop(unsafe { Box::from_raw(a) });
     }
 
+    /// A cookie that stores itself.
+    fn put(c: &mut Cookies<u64>) -> u64 {
+        let k = c.reserve();
+        assert_eq!(c.get(k), None, "a reserved slot finds nothing before fill");
+        c.fill(k, k);
+        k
+    }
+
     #[test]
     fn a_stale_cookie_finds_nothing_in_its_reused_slot() {
         let mut c = Cookies::new();
-        let a = *c.insert_with(|k| k);
-        let b = *c.insert_with(|k| k);
+        let a = put(&mut c);
+        let b = put(&mut c);
         assert_ne!(a, b);
         assert_eq!(c.get(a), Some(&a));
         assert_eq!(c.remove(a), Some(a));
         assert_eq!(c.remove(a), None, "removed once");
-        let a2 = *c.insert_with(|k| k);
+        let a2 = put(&mut c);
         assert_eq!(a2 as u32, a as u32, "the free slot is reused");
         assert_ne!(a2, a);
         assert_eq!(c.get(a), None);
@@ -187,12 +204,12 @@ mod tests {
     #[test]
     fn a_cookie_is_never_zero_even_when_a_generation_wraps() {
         let mut c = Cookies::new();
-        let a = *c.insert_with(|k| k);
+        let a = put(&mut c);
         assert_eq!(a as u32, 0, "slot 0");
         assert_ne!(a, 0);
         c.remove(a);
         c.slots[0].0 = u32::MAX;
-        let b = *c.insert_with(|k| k);
+        let b = put(&mut c);
         assert_eq!(b as u32, 0, "slot 0 again, its generation wrapped");
         assert_ne!(b, 0);
         assert_eq!(c.get(b), Some(&b));

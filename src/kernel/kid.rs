@@ -76,17 +76,6 @@ pub enum Owner {
 /// Who each `uid` the kernel echoes belongs to.
 static OWNERS: Mutex<Cookies<Owner>> = Mutex::new(Cookies::new());
 
-/// Makes a thing with a new cookie and records it (wrapped by `owner`) at once.
-fn register<T: Clone>(make: impl FnOnce(u64) -> T, owner: impl FnOnce(T) -> Owner) -> T {
-    let mut made = None;
-    lock(&OWNERS).insert_with(|key| {
-        let t = make(key);
-        made = Some(t.clone());
-        owner(t)
-    });
-    made.expect("insert_with calls make")
-}
-
 /// Who an event's `uid` belongs to.
 pub fn lookup(uid: u64) -> Option<Owner> {
     lock(&OWNERS).get(uid).cloned()
@@ -108,26 +97,25 @@ pub fn get(core: &Arc<IdCore>) -> Result<Arc<KId>> {
 }
 
 fn new_kid(core: &Arc<IdCore>, handle: Option<u32>, file: Arc<Ucma>) -> Arc<KId> {
-    register(
-        |key| {
-            Arc::new(KId {
-                core: core.clone(),
-                key,
-                st: Mutex::new(KSt {
-                    handle,
-                    file,
-                    dead: false,
-                    dev: None,
-                    initiator_depth: 0,
-                    responder_resources: 0,
-                    connect_error: false,
-                    path: None,
-                    mcs: Vec::new(),
-                }),
-            })
-        },
-        Owner::Id,
-    )
+    let mut owners = lock(&OWNERS);
+    let key = owners.reserve();
+    let k = Arc::new(KId {
+        core: core.clone(),
+        key,
+        st: Mutex::new(KSt {
+            handle,
+            file,
+            dead: false,
+            dev: None,
+            initiator_depth: 0,
+            responder_resources: 0,
+            connect_error: false,
+            path: None,
+            mcs: Vec::new(),
+        }),
+    });
+    owners.fill(key, Owner::Id(k.clone()));
+    k
 }
 
 /// The id's kernel state, creating its kernel id (on its channel's file) if
@@ -169,19 +157,20 @@ pub fn adopt(core: &Arc<IdCore>, handle: u32, file: Arc<Ucma>) -> Arc<KId> {
 
 /// A membership made before JOIN_MCAST is written (its events may come at once).
 pub fn add_mc(k: &Arc<KId>, addr: &[u8], context: usize, send_only: bool) -> Arc<Mc> {
-    let mc = register(
-        |key| {
-            Arc::new(Mc {
-                key,
-                handle: AtomicU32::new(u32::MAX),
-                addr: addr.to_vec(),
-                context,
-                send_only,
-                attached: Mutex::new(None),
-            })
-        },
-        |mc| Owner::Mc(k.clone(), mc),
-    );
+    let mc = {
+        let mut owners = lock(&OWNERS);
+        let key = owners.reserve();
+        let mc = Arc::new(Mc {
+            key,
+            handle: AtomicU32::new(u32::MAX),
+            addr: addr.to_vec(),
+            context,
+            send_only,
+            attached: Mutex::new(None),
+        });
+        owners.fill(key, Owner::Mc(k.clone(), mc.clone()));
+        mc
+    };
     k.st().mcs.push(mc.clone());
     mc
 }
