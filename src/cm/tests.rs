@@ -7,15 +7,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub(super) fn set_nonblock(fd: i32) {
-    // SAFETY: fcntl on a live fd of ours.
-    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+    crate::sys::set_nonblock(fd, true).unwrap();
 }
 
-pub(super) fn readable(fd: i32) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one live pollfd, zero timeout.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
-}
+pub(super) use crate::sys::readable_now as readable;
 
 fn chan() -> (*mut rdma_event_channel, std::sync::Arc<Channel>) {
     let c = ChannelBox::create().unwrap();

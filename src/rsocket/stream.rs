@@ -102,13 +102,6 @@ pub struct Stream {
 const CM_CHECK_EVERY: Duration = Duration::from_millis(100);
 const CM_CHECK_PASSES: u32 = 16;
 
-/// Whether `fd` is readable right now.
-fn readable_now(fd: i32) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one live pollfd, zero timeout.
-    unsafe { libc::poll(&mut p, 1, 0) > 0 }
-}
-
 fn eagain(e: Errno) -> bool {
     e == Errno::EAGAIN || e.0 == libc::EWOULDBLOCK
 }
@@ -291,7 +284,7 @@ impl St {
             // A caller that never sleeps (busy non-blocking loops) still
             // learns of a disconnect the CM reported.
             self.last_cm_check = Instant::now();
-            self.cm_pending = self.id.as_ref().is_some_and(|id| readable_now(id.fd()));
+            self.cm_pending = self.id.as_ref().is_some_and(|id| crate::sys::readable_now(id.fd()));
         }
         if self.phase.connected() && self.cm_pending {
             self.cm_pending = false;
@@ -414,7 +407,7 @@ impl Stream {
 
     fn from_id(id: Id, domain: i32, opts: Opts, nonblock: bool) -> Result<Arc<Stream>> {
         let fd = id.fd();
-        super::verbs::set_nonblock(fd, true)?;
+        crate::sys::set_nonblock(fd, true)?;
         Ok(Arc::new(Stream {
             fd,
             domain,
@@ -568,7 +561,7 @@ impl Stream {
         }
         let cm = match polled {
             Some(_) => ready(self.fd),
-            None => readable_now(self.fd),
+            None => crate::sys::readable_now(self.fd),
         };
         if st.id.is_some() && st.phase.connected() && cm {
             st.cm_pending = true;
@@ -673,7 +666,7 @@ impl Stream {
             unsafe { cm::rdma_reject(child.raw(), std::ptr::null(), 0) };
             return Err(Errno::ENOTSUP);
         };
-        super::verbs::set_nonblock(child.fd(), true)?;
+        crate::sys::set_nonblock(child.fd(), true)?;
         let opts = l.opts.clone();
         let mut conn = match Conn::create(&child, &opts) {
             Ok(c) => c,

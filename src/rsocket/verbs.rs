@@ -7,7 +7,7 @@
 //! call sites stay readable, hence the module-wide clippy allowance.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use crate::sys::{cerr, Errno, Result};
+use crate::sys::{set_nonblock, Errno, Result};
 use crate::verbs::*;
 use rdma_abi::verbs::*;
 use std::ffi::{c_int, c_void};
@@ -65,17 +65,6 @@ pub fn is_iwarp(verbs: *mut ibv_context) -> bool {
         let dev = (*verbs).device;
         !dev.is_null() && (*dev).transport_type == IBV_TRANSPORT_IWARP
     }
-}
-
-pub fn set_nonblock(fd: c_int, on: bool) -> Result<()> {
-    // SAFETY: F_GETFL/F_SETFL on an fd the caller owns.
-    let fl = cerr(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
-    let new = if on { fl | libc::O_NONBLOCK } else { fl & !libc::O_NONBLOCK };
-    if new != fl {
-        // SAFETY: as above.
-        cerr(unsafe { libc::fcntl(fd, libc::F_SETFL, new) })?;
-    }
-    Ok(())
 }
 
 /// A completion queue with its own channel (non-blocking fd), armed on demand.

@@ -49,6 +49,25 @@ pub fn nonblocking(fd: i32) -> bool {
     fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
+/// Sets or clears O_NONBLOCK on `fd` (no F_SETFL when it already is so).
+pub fn set_nonblock(fd: i32, on: bool) -> Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on an fd the caller owns.
+    let fl = cerr(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    let new = if on { fl | libc::O_NONBLOCK } else { fl & !libc::O_NONBLOCK };
+    if new != fl {
+        // SAFETY: as above.
+        cerr(unsafe { libc::fcntl(fd, libc::F_SETFL, new) })?;
+    }
+    Ok(())
+}
+
+/// Whether `fd` is readable right now.
+pub fn readable_now(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
 /// Blocks until `fd` is readable (or a signal arrives: the caller re-checks
 /// either way).
 pub fn wait_readable(fd: i32) {
