@@ -4,7 +4,7 @@
  * man pages give the order of calls (bind before listen, route resolution
  * before connect, accept only on an id from CONNECT_REQUEST, resolve_route
  * after resolve_addr, rdma_establish only without a QP, REUSEADDR before
- * bind); this program makes each call out of order and checks the result
+ * bind), and addresses of a family the CM does not know; this program makes each call out of order and checks the result
  * against what rdma-core's librdmacm on a real kernel returns (the values
  * were taken from Debian's library on rxe; see c-examples/expected/).
  * Every case runs in its own forked process, so a crash is reported, not
@@ -227,6 +227,22 @@ static void case_afonly(void)
 	rdma_destroy_id(id);
 }
 
+/* upstream's ucma_addrlen knows AF_INET, AF_INET6 and (with kernel support) AF_IB */
+static void case_unknown_family(void)
+{
+	struct rdma_cm_id *id = new_id();
+	struct sockaddr_storage ss;
+
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = AF_UNIX;
+	TRY(rdma_bind_addr(id, (struct sockaddr *)&ss), "rdma_bind_addr with AF_UNIX", -1, EINVAL);
+	TRY(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, DEV_RESOLVE_MS),
+	    "rdma_resolve_addr to AF_UNIX", -1, EINVAL);
+	TRY(rdma_join_multicast(id, (struct sockaddr *)&ss, NULL), "rdma_join_multicast with AF_UNIX",
+	    -1, EINVAL);
+	rdma_destroy_id(id);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -243,6 +259,7 @@ static const struct {
 	{ "disconnect_unconnected", case_disconnect_unconnected },
 	{ "reuseaddr", case_reuseaddr },
 	{ "afonly", case_afonly },
+	{ "unknown_family", case_unknown_family },
 };
 
 int main(int argc, char **argv)

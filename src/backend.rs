@@ -45,6 +45,11 @@ pub trait Backend: Send + Sync {
     fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()>;
     /// The id is going away: stop its events and release its resources.
     fn destroy(&self, id: &Arc<IdCore>);
+    /// Whether AF_IB addresses may be passed (upstream's `af_ib_support`):
+    /// without it they get EINVAL like any unknown family.
+    fn af_ib(&self) -> bool {
+        false
+    }
     /// rdma_create_qp made (and moved to INIT) the id's QP.
     ///
     /// # Safety

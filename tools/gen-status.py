@@ -10,6 +10,8 @@ syms += [l.split() for l in (root / "abi-tests/rs-symbols.txt").read_text().spli
 CORE = "works with or without a device"
 DEVICE = "works on the kernel CM (rxe/siw, checked in the VM) and the soft fabric · no device: ENODEV"
 notes = {
+    "rdma_bind_addr": "works on the kernel CM (rxe/siw, checked in the VM; AF_IB too, `dev_af_ib`) and the soft fabric (no AF_IB: EINVAL, as upstream's without AF_IB support) · no device: ENODEV",
+    "rdma_create_event_channel": CORE + "; the first one on the kernel CM runs upstream's AF_IB probe",
     "rdma_set_option": "TOS, REUSEADDR, AFONLY, ACK_TIMEOUT, IB_PATH checked like the kernel (ENOSYS/EINVAL); applied by the backend",
     "rdma_get_request": CORE + " (EINVAL unless the listener is synchronous)",
     "rdma_write_cm_event": CORE + ": a USER event on the id's own channel, on every kernel",

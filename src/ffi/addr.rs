@@ -113,8 +113,9 @@ entry! {
     fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> i32 {
         let core = IdBox::lookup(id)?;
         // SAFETY: the caller passes a socket address as long as its family says.
-        let a = unsafe { sockaddr(addr) }?;
-        backend::device()?.bind(&core, a).map(|()| 0)
+        let b = backend::device()?;
+        let a = unsafe { sockaddr(addr, b.af_ib()) }?;
+        b.bind(&core, a).map(|()| 0)
     }
 }
 
@@ -127,12 +128,13 @@ entry! {
     ) -> i32 {
         let core = IdBox::lookup(id)?;
         // SAFETY: as for rdma_bind_addr; the source address is optional.
+        let b = backend::device()?;
         let (src, dst) = unsafe {
-            let dst = sockaddr(dst_addr)?;
-            let src = if src_addr.is_null() { None } else { Some(sockaddr(src_addr)?) };
+            let dst = sockaddr(dst_addr, b.af_ib())?;
+            let src = if src_addr.is_null() { None } else { Some(sockaddr(src_addr, b.af_ib())?) };
             (src, dst)
         };
-        backend::device()?.resolve_addr(&core, src, dst, timeout_ms).map(|()| 0)
+        b.resolve_addr(&core, src, dst, timeout_ms).map(|()| 0)
     }
 }
 

@@ -11,8 +11,9 @@ entry! {
     fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr, context: *mut c_void) -> i32 {
         let core = IdBox::lookup(id)?;
         // SAFETY: the caller passes a socket address as long as its family says.
-        let a = unsafe { sockaddr(addr) }?;
-        backend::device()?.join_multicast(&core, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context as usize).map(|()| 0)
+        let b = backend::device()?;
+        let a = unsafe { sockaddr(addr, b.af_ib()) }?;
+        b.join_multicast(&core, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context as usize).map(|()| 0)
     }
 }
 
@@ -36,8 +37,9 @@ entry! {
             return Err(Errno::EINVAL);
         }
         // SAFETY: as for rdma_join_multicast.
-        let addr = unsafe { sockaddr(a.addr) }?;
-        backend::device()?.join_multicast(&core, addr, a.join_flags, context as usize).map(|()| 0)
+        let b = backend::device()?;
+        let addr = unsafe { sockaddr(a.addr, b.af_ib()) }?;
+        b.join_multicast(&core, addr, a.join_flags, context as usize).map(|()| 0)
     }
 }
 
@@ -45,7 +47,8 @@ entry! {
     fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> i32 {
         let core = IdBox::lookup(id)?;
         // SAFETY: as for rdma_join_multicast.
-        let a = unsafe { sockaddr(addr) }?;
-        backend::device()?.leave_multicast(&core, a).map(|()| 0)
+        let b = backend::device()?;
+        let a = unsafe { sockaddr(addr, b.af_ib()) }?;
+        b.leave_multicast(&core, a).map(|()| 0)
     }
 }

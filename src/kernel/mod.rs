@@ -185,10 +185,11 @@ fn check_depths(ps: u32, st: &KSt, p: &ConnParam) -> Result<()> {
 }
 
 impl Backend for Kernel {
+    fn af_ib(&self) -> bool {
+        af_ib::supported()
+    }
+
     fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
-        if af_ib::refused(addr) {
-            return Err(Errno::EINVAL);
-        }
         let k = kid::get_or_create(id)?;
         k.with_handle(|u, h, st| {
             u.bind(h, addr)?;
@@ -197,9 +198,6 @@ impl Backend for Kernel {
     }
 
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
-        if af_ib::refused(dst) || src.is_some_and(af_ib::refused) {
-            return Err(Errno::EINVAL);
-        }
         let k = kid::get_or_create(id)?;
         k.with_handle(|u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
         id.with_public(|p| {
@@ -343,9 +341,6 @@ impl Backend for Kernel {
     }
 
     fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
-        if af_ib::refused(addr) {
-            return Err(Errno::EINVAL);
-        }
         let k = kid::get_or_create(id)?;
         let mc = kid::add_mc(&k, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
         match k.with_handle(|u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
