@@ -10,8 +10,8 @@ use crate::sys::{Epoll, Errno, Flag, Result};
 use rdma_abi::cma::rdma_event_channel;
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What reading a channel's source gave.
 pub enum Take {
@@ -50,10 +50,6 @@ pub struct Channel {
     flag: OnceLock<Flag>,
     source: Option<Box<dyn Source>>,
     queue: Mutex<VecDeque<Pending>>,
-    cond: Condvar,
-    /// Threads blocked in `pop` (changed under `queue`): a push with nobody
-    /// waiting skips the wake-up syscall.
-    waiters: AtomicUsize,
     /// The last `take` of the source found nothing.
     source_empty: AtomicBool,
 }
@@ -80,8 +76,6 @@ impl Channel {
             flag,
             source,
             queue: Mutex::new(VecDeque::new()),
-            cond: Condvar::new(),
-            waiters: AtomicUsize::new(0),
             source_empty: AtomicBool::new(true),
         }))
     }
@@ -103,14 +97,13 @@ impl Channel {
             self.raise();
         }
         q.push_back(p);
-        if self.waiters.load(Ordering::Relaxed) > 0 {
-            self.cond.notify_all();
-        }
     }
 
     /// Next event; blocks unless the application made the fd non-blocking.
+    /// Every wait is a poll() of the fd the application has, as its own
+    /// would be: readable while the queue (or the source) has an event.
     pub fn pop(self: &Arc<Self>) -> Result<Pending> {
-        let Some(src) = &self.source else { return self.pop_queue() };
+        let fd = self.fd();
         // A source that was empty last time is likely empty now: skip the
         // read that would fail and go straight to the wait (one syscall less).
         let mut tried_empty = self.source_empty.load(Ordering::Relaxed);
@@ -118,22 +111,27 @@ impl Channel {
             if let Some(p) = self.try_pop() {
                 return Ok(p);
             }
-            // Read the source when it may have something, or when the caller
-            // does not wait anyway (a non-blocking fd).
-            if !tried_empty || crate::sys::nonblocking(src.public_fd()) {
-                let t = src.take(self)?;
-                self.source_empty.store(matches!(t, Take::Empty), Ordering::Relaxed);
-                match t {
-                    Take::Here(p) => return Ok(p),
-                    Take::Again => continue,
-                    Take::Empty if tried_empty => return Err(Errno::EAGAIN),
-                    Take::Empty => {
-                        tried_empty = true;
-                        continue;
+            match &self.source {
+                // Read the source when it may have something, or when the
+                // caller does not wait anyway (a non-blocking fd).
+                Some(src) if !tried_empty || crate::sys::nonblocking(fd) => {
+                    let t = src.take(self)?;
+                    self.source_empty.store(matches!(t, Take::Empty), Ordering::Relaxed);
+                    match t {
+                        Take::Here(p) => return Ok(p),
+                        Take::Again => continue,
+                        Take::Empty if tried_empty => return Err(Errno::EAGAIN),
+                        Take::Empty => {
+                            tried_empty = true;
+                            continue;
+                        }
                     }
                 }
+                Some(_) => {}
+                None if crate::sys::nonblocking(fd) => return Err(Errno::EAGAIN),
+                None => {}
             }
-            crate::sys::wait_readable(src.public_fd());
+            crate::sys::wait_readable(fd);
             tried_empty = false;
         }
     }
@@ -170,29 +168,6 @@ impl Channel {
             self.lower();
         }
         Some(p)
-    }
-
-    fn pop_queue(&self) -> Result<Pending> {
-        let mut q = lock(&self.queue);
-        loop {
-            if let Some(p) = q.pop_front() {
-                if q.is_empty() {
-                    self.lower();
-                }
-                return Ok(p);
-            }
-            if crate::sys::nonblocking(self.fd()) {
-                return Err(Errno::EAGAIN);
-            }
-            // Re-check O_NONBLOCK now and then: the app may flip it while we wait.
-            self.waiters.fetch_add(1, Ordering::Relaxed);
-            q = self
-                .cond
-                .wait_timeout(q, std::time::Duration::from_millis(200))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-            self.waiters.fetch_sub(1, Ordering::Relaxed);
-        }
     }
 
     /// Takes out every queued event that `pred` selects (an id being destroyed
