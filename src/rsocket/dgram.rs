@@ -557,13 +557,15 @@ impl Dgram {
             let mut fds = Vec::new();
             Self::prepare_locked(&self.wake, &mut st, &mut fds);
             st.progress();
+            let mut slept = false;
             if !ready(&st) && !st.closed {
                 drop(st);
                 // SAFETY: a live pollfd array.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
+                let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
+                slept = r >= 0;
                 st = self.lock();
             }
-            Self::finish_locked(&self.wake, &mut st);
+            Self::finish_locked(&self.wake, &mut st, slept.then_some(&fds[..]));
         }
     }
 
@@ -577,13 +579,15 @@ impl Dgram {
         }
     }
 
-    fn finish_locked(wake: &Flag, st: &mut DSt) {
+    /// `polled`: the entries `prepare_locked` added, after the poll(2) that
+    /// slept on them (None: no sleep).
+    fn finish_locked(wake: &Flag, st: &mut DSt, polled: Option<&[libc::pollfd]>) {
         st.waiters = st.waiters.saturating_sub(1);
         if st.waiters == 0 {
             wake.lower();
         }
         for q in st.qps.iter_mut() {
-            q.cq.consume_events();
+            q.cq.after_sleep(polled);
         }
     }
 
@@ -592,9 +596,9 @@ impl Dgram {
         Self::prepare_locked(&self.wake, &mut st, fds);
     }
 
-    pub fn finish(&self) {
+    pub fn finish(&self, polled: Option<&[libc::pollfd]>) {
         let mut st = self.lock();
-        Self::finish_locked(&self.wake, &mut st);
+        Self::finish_locked(&self.wake, &mut st, polled);
     }
 
     pub fn revents(&self, events: i16) -> (i16, u64) {

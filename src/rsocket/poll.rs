@@ -39,7 +39,7 @@ impl Sock {
                 let mut st = s.lock();
                 s.finish(&mut st, polled);
             }
-            Sock::Dgram(d) => d.finish(),
+            Sock::Dgram(d) => d.finish(polled),
         }
     }
 }

@@ -548,19 +548,11 @@ impl Stream {
         if st.waiters == 0 {
             self.wake.lower();
         }
-        let ready = |fd: i32| polled.is_some_and(|p| p.iter().any(|p| p.fd == fd && p.revents != 0));
         if let Some(c) = st.conn.as_mut() {
-            match polled {
-                // One event per arming: at most one is pending.
-                Some(_) if ready(c.cq.fd()) => c.cq.consume_event(),
-                Some(_) => {}
-                None => {
-                    c.cq.consume_events();
-                }
-            }
+            c.cq.after_sleep(polled);
         }
         let cm = match polled {
-            Some(_) => ready(self.fd),
+            Some(p) => p.iter().any(|p| p.fd == self.fd && p.revents != 0),
             None => crate::sys::readable_now(self.fd),
         };
         if st.id.is_some() && st.phase.connected() && cm {

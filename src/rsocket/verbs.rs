@@ -149,10 +149,22 @@ impl Cq {
         got
     }
 
-    /// Reads the one event a poll(2) of the channel fd reported.
-    pub fn consume_event(&mut self) {
-        self.read_event();
-        self.ack_some();
+    /// After a sleep on this CQ's fd: `polled` holds the poll(2) entries
+    /// with their revents (None: no sleep, or poll failed). An arming gives at
+    /// most one event, so a reported fd costs one read and an unreported one
+    /// none; without a poll to go by, every pending event is read.
+    pub fn after_sleep(&mut self, polled: Option<&[libc::pollfd]>) {
+        match polled {
+            Some(p) => {
+                if p.iter().any(|e| e.fd == self.fd() && e.revents != 0) {
+                    self.read_event();
+                    self.ack_some();
+                }
+            }
+            None => {
+                self.consume_events();
+            }
+        }
     }
 
     fn read_event(&mut self) -> bool {
