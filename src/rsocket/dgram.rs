@@ -346,15 +346,7 @@ impl DSt {
     }
 
     fn local_addr(&self) -> Result<SocketAddr> {
-        let fd = self.udp_fd()?;
-        // SAFETY: all-zero is a valid sockaddr_storage.
-        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: our UDP socket; ss is writable for len bytes.
-        cerr(unsafe { libc::getsockname(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) })?;
-        // SAFETY: bytes of the filled storage.
-        let b = unsafe { std::slice::from_raw_parts(&ss as *const _ as *const u8, len as usize) };
-        Ok(canon(sockaddr_from(b)?))
+        Ok(canon(sockaddr_from(&common::sock::local_name(self.udp_fd()?)?)?))
     }
 
     /// Binds the UDP socket to the wildcard address when the application did not.
@@ -703,14 +695,7 @@ impl Dgram {
         if peer {
             return Ok(sockaddr_bytes(st.conn_dest.ok_or(Errno(libc::ENOTCONN))?, self.domain));
         }
-        let fd = st.udp_fd()?;
-        // SAFETY: all-zero is a valid sockaddr_storage.
-        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: our UDP socket; ss writable for len bytes.
-        cerr(unsafe { libc::getsockname(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) })?;
-        // SAFETY: bytes of the filled storage.
-        Ok(unsafe { std::slice::from_raw_parts(&ss as *const _ as *const u8, len as usize) }.to_vec())
+        common::sock::local_name(st.udp_fd()?)
     }
 
     pub fn setsockopt(&self, level: i32, name: i32, val: &[u8]) -> Result<()> {

@@ -35,11 +35,7 @@ pub fn bind(addr: &SocketAddr, udp: bool) -> Result<OwnedFd> {
 
 /// The address a socket is bound to.
 pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
-    let mut st = [0u8; 128];
-    let mut len: libc::socklen_t = 128;
-    // SAFETY: st has room for any sockaddr.
-    cerr(unsafe { libc::getsockname(fd.as_raw_fd(), st.as_mut_ptr().cast(), &mut len) })?;
-    super::net::from_bytes(&st[..len as usize])
+    super::net::from_bytes(&common::sock::local_name(fd.as_raw_fd())?)
 }
 
 pub fn listen(fd: OwnedFd, backlog: i32) -> Result<std::net::TcpListener> {

@@ -73,13 +73,7 @@ pub fn with_port(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
 
 /// The local address a socket is bound to (getsockname).
 pub fn local_addr(fd: i32) -> Option<SocketAddr> {
-    // SAFETY: sockaddr_storage is plain data.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: ss/len are live and sized; getsockname fills at most len bytes.
-    if unsafe { libc::getsockname(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
-        return None;
-    }
-    // SAFETY: getsockname filled len bytes of ss.
-    unsafe { from_raw(&ss as *const _ as *const libc::sockaddr, len) }
+    let b = common::sock::local_name(fd).ok()?;
+    // SAFETY: b holds the len bytes getsockname gave (from_raw reads unaligned).
+    unsafe { from_raw(b.as_ptr().cast(), b.len() as libc::socklen_t) }
 }
