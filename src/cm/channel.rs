@@ -29,7 +29,8 @@ pub trait Source: Send + Sync {
     /// queue flag once `watch` added it, so it is readable while either has an
     /// event.
     fn public(&self) -> &Epoll;
-    /// One event, without blocking.
+    /// One event, without blocking. A `Here` event is handed out already
+    /// (`Pending::handed_out`, under the lock that stops its id's events).
     fn take(&self, ch: &Arc<Channel>) -> Result<Take>;
     fn as_any(&self) -> &dyn Any;
 
@@ -163,7 +164,7 @@ impl Channel {
 
     fn try_pop(&self) -> Option<Pending> {
         let mut q = lock(&self.queue);
-        let p = q.pop_front()?;
+        let p = q.pop_front()?.handed_out();
         if q.is_empty() {
             self.lower();
         }

@@ -51,6 +51,13 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Counts the event as handed out on its owner (`IdCore::reported`): on
+    /// its way to a reader, which delivers it.
+    pub fn handed_out(self) -> Pending {
+        self.owner.handed_out();
+        self
+    }
+
     /// Drops an event nobody will read: a connect request's new id goes with it.
     pub fn discard(self) {
         if self.id != self.owner.ptr() {
@@ -69,8 +76,8 @@ pub struct EventBox {
 }
 
 impl EventBox {
-    /// Turns a pending event into the allocation given to the application and
-    /// counts it as reported on its owner.
+    /// Turns a handed-out pending event into the allocation given to the
+    /// application (acked with `ack`).
     pub fn deliver(p: Pending) -> *mut rdma_cm_event {
         let mut b = Box::new(EventBox {
             public: rdma_cm_event {
@@ -95,7 +102,6 @@ impl EventBox {
                 b.public.param.conn.private_data_len = n as u8;
             }
         }
-        b.owner.reported();
         let ptr = Box::into_raw(b) as *mut rdma_cm_event;
         registry::register(ptr, Kind::Event);
         ptr
@@ -124,17 +130,10 @@ impl EventBox {
     }
 }
 
-/// Counts of reported and acked events for one id.
+/// Acks of the events handed out for one id (`IdCore::reported`).
 #[derive(Default)]
 pub struct Acct {
-    pub reported: u64,
     pub acked: u64,
     /// Threads waiting for acks (destroy, migrate).
     pub waiting: u32,
-}
-
-impl Acct {
-    pub fn outstanding(&self) -> u64 {
-        self.reported - self.acked
-    }
 }

@@ -10,6 +10,7 @@ use crate::sys::{Errno, Result};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::ibv_ece;
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const IBV_QPT_RC: u32 = 2;
@@ -50,10 +51,19 @@ pub struct IdCore {
     public: Public,
     st: Mutex<IdState>,
     cond: Condvar,
+    /// Events handed out for this id: counted where one leaves its queue (or
+    /// the kernel's routing) for a reader, under that queue's (or the kernel
+    /// id's) lock, so destroy and migrate, which empty the queue and stop
+    /// the kernel id under the same locks, also wait for an event a reader
+    /// holds but has not given the application yet (as the kernel counts
+    /// events in GET_EVENT). Not under `st`: `post` takes `st` before a queue.
+    reported: AtomicU64,
 }
 
 /// The struct the application reads and writes on its own terms (as with
 /// upstream's); the library only through `IdCore::with_public`.
+/// Transparent: the handle is the address of the `IdCore`.
+#[repr(transparent)]
 struct Public(UnsafeCell<rdma_cm_id>);
 
 // SAFETY: the library touches the struct only in `with_public`, under the
@@ -85,8 +95,14 @@ impl IdCore {
         IdPtr(self.public.0.get())
     }
 
-    pub(crate) fn reported(&self) {
-        self.state().acct.reported += 1;
+    /// An event about to reach a reader (see `reported`).
+    pub(crate) fn handed_out(&self) {
+        self.reported.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Events handed out and not acked yet.
+    pub(crate) fn outstanding(&self, st: &IdState) -> u64 {
+        self.reported.load(Ordering::SeqCst).saturating_sub(st.acct.acked)
     }
 
     pub(crate) fn acked(&self) {
@@ -172,7 +188,7 @@ impl IdCore {
     /// Blocks until every event reported on this id has been acked.
     fn wait_acked(&self) {
         let mut st = self.state();
-        while st.acct.outstanding() > 0 {
+        while self.outstanding(&st) > 0 {
             st.acct.waiting += 1;
             st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
             st.acct.waiting -= 1;
@@ -257,6 +273,7 @@ impl IdBox {
                 ep: None,
             }),
             cond: Condvar::new(),
+            reported: AtomicU64::new(0),
         });
         let ptr = core.ptr().0;
         // `public` is the first field of a repr(C) struct: same address as the data.

@@ -36,7 +36,7 @@ impl Source for PipeSource {
         let n = unsafe { libc::read(self.rd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
         Ok(match (n, b) {
             (1, b'a') => Take::Again,
-            (1, b) => Take::Here(self.owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(b as u64))),
+            (1, b) => Take::Here(self.owner.pending(RDMA_CM_EVENT_USER, 0, Param::arg(b as u64)).handed_out()),
             _ => Take::Empty,
         })
     }

@@ -18,17 +18,42 @@ fn chan() -> (*mut rdma_event_channel, std::sync::Arc<Channel>) {
 }
 
 /// Runs `call` in a thread: it must still be blocked 200 ms later, and must
-/// return within 5 s once `ev` is acked (destroy and migrate wait for acks).
-fn returns_only_after_ack(ev: *mut rdma_cm_event, what: &str, call: impl FnOnce() + Send + 'static) {
+/// return within 5 s once `release` ran (destroy and migrate wait for acks).
+fn returns_only_after(what: &str, call: impl FnOnce() + Send + 'static, release: impl FnOnce()) {
     let (tx, rx) = mpsc::channel();
     let t = std::thread::spawn(move || {
         call();
         tx.send(()).unwrap();
     });
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "{what} returned with an event unacked");
-    EventBox::ack(ev).unwrap();
+    release();
     rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| panic!("{what} did not return after the ack"));
     t.join().unwrap();
+}
+
+fn returns_only_after_ack(ev: *mut rdma_cm_event, what: &str, call: impl FnOnce() + Send + 'static) {
+    returns_only_after(what, call, || EventBox::ack(ev).unwrap());
+}
+
+#[test]
+fn destroy_waits_for_an_event_a_reader_took_but_has_not_given_out() {
+    let (c, ch) = chan();
+    let id = IdBox::create(c, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 1).unwrap();
+    // rdma_get_cm_event took it off the queue and has not returned yet.
+    let taken = ch.pop().unwrap();
+    let idp = id as usize;
+    returns_only_after(
+        "destroy",
+        move || IdBox::destroy(idp as *mut rdma_cm_id).unwrap(),
+        || {
+            let ev = EventBox::deliver(taken);
+            // SAFETY: a live event we just delivered.
+            assert_eq!(unsafe { (*ev).id }, id);
+            EventBox::ack(ev).unwrap();
+        },
+    );
+    ChannelBox::destroy(c).unwrap();
 }
 
 #[test]
@@ -124,7 +149,7 @@ fn sync_id_completion_keeps_event_and_maps_status() {
     IdBox::write_user_event(id, RDMA_CM_EVENT_USER, -libc::ETIMEDOUT, 1).unwrap();
     assert_eq!(core.complete(), Err(Errno(libc::ETIMEDOUT)));
     let _ = ev;
-    assert_eq!(core.state().acct.outstanding(), 1, "the previous event was acked by the next completion");
+    assert_eq!(core.outstanding(&core.state()), 1, "the previous event was acked by the next completion");
     // SAFETY: a live id holding the failed completion's event.
     assert_eq!(unsafe { (*(*id).event).status }, -libc::ETIMEDOUT);
     IdBox::destroy(id).unwrap();
@@ -183,7 +208,7 @@ fn a_sync_event_the_application_acked_itself_is_not_acked_again() {
     EventBox::ack(unsafe { (*id).event }).unwrap();
     IdBox::write_user_event(id, RDMA_CM_EVENT_USER, 0, 2).unwrap();
     core.complete().expect("the next synchronous step goes on");
-    assert_eq!(core.state().acct.outstanding(), 1);
+    assert_eq!(core.outstanding(&core.state()), 1);
     IdBox::destroy(id).expect("destroy acks the stored event and frees the id");
     assert_eq!(IdBox::lookup(id).err(), Some(Errno::EINVAL));
 }

@@ -209,7 +209,8 @@ impl KId {
         if st.dead {
             return Err(p);
         }
-        let r = self.core.take_or_post(p, ch);
+        // Handed out under `st`: teardown takes it too, so destroy waits for it.
+        let r = self.core.take_or_post(p, ch).map(Pending::handed_out);
         drop(st);
         Ok(r)
     }
