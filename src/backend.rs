@@ -90,10 +90,11 @@ pub fn device() -> Result<&'static dyn Backend> {
 }
 
 /// A new id (rdma_create_id): the kernel CM makes its kernel id at once.
-pub fn created(id: &Arc<IdCore>) {
+pub fn created(id: &Arc<IdCore>) -> Result<()> {
     if kind() == Kind::Kernel {
-        crate::kernel::created(id);
+        return crate::kernel::created(id);
     }
+    Ok(())
 }
 
 /// Where a new channel's events come from besides its queue: the kernel CM

@@ -18,7 +18,10 @@ entry! {
     ) -> i32 {
         non_null(id)?;
         let (new, core) = IdBox::create_core(channel, context, ps, None)?;
-        crate::backend::created(&core);
+        if let Err(e) = crate::backend::created(&core) {
+            let _ = IdBox::destroy(new);
+            return Err(e);
+        }
         // SAFETY: checked non-NULL; the caller gives a writable slot.
         unsafe { out(id, new) }?;
         Ok(0)

@@ -71,10 +71,14 @@ pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
     }
 }
 
-/// rdma_create_id: the kernel id is made now, as upstream does (if the
-/// channel has no file, the first device call reports ENODEV).
-pub fn created(id: &Arc<IdCore>) {
-    let _ = kid::get_or_create(id);
+/// rdma_create_id: the kernel id is made now, as upstream does, and its
+/// failure fails the call. A channel without an rdma_cm file (no device)
+/// leaves ENODEV to the first device call.
+pub fn created(id: &Arc<IdCore>) -> Result<()> {
+    match kid::get_or_create(id) {
+        Err(Errno::ENODEV) => Ok(()),
+        r => r.map(|_| ()),
+    }
 }
 
 /// rdma_destroy_id: the id's kernel side goes (if it has one).
