@@ -461,6 +461,19 @@ impl Dgram {
         Ok(st)
     }
 
+    /// The QP, peer QPN and address handle for `to`, making its entry (and
+    /// its QP, on first use of a local address). A new QP wakes the sleepers:
+    /// they poll every QP's CQ and must arm and add this one.
+    fn dest_of(&self, st: &mut DSt, to: SocketAddr) -> Result<(usize, u32, Option<*mut ibv_ah>)> {
+        let qps = st.qps.len();
+        let d = st.dest(to)?;
+        let r = (d.qp, d.qpn, d.ah.as_ref().map(|a| a.0));
+        if st.qps.len() != qps {
+            self.notify(st);
+        }
+        Ok(r)
+    }
+
     fn notify(&self, st: &DSt) {
         if st.waiters > 0 {
             self.wake.raise();
@@ -485,7 +498,7 @@ impl Dgram {
         let to = canon(sockaddr_from(addr)?);
         let mut st = self.open()?;
         st.ensure_bound(self.domain)?;
-        st.dest(to)?;
+        self.dest_of(&mut st, to)?;
         st.conn_dest = Some(to);
         Ok(())
     }
@@ -548,14 +561,21 @@ impl Dgram {
             }
             let mut fds = Vec::new();
             Self::prepare_locked(&self.wake, &mut st, &mut fds);
-            st.progress();
+            if st.progress() {
+                self.notify(&st);
+            }
             let mut slept = false;
             if !ready(&st) && !st.closed {
                 drop(st);
                 // SAFETY: a live pollfd array.
                 let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
+                let err = Errno::last();
                 slept = r >= 0;
                 st = self.lock();
+                if r < 0 && err.0 != libc::EINTR {
+                    Self::finish_locked(&self.wake, &mut st, None);
+                    return Err(err);
+                }
             }
             Self::finish_locked(&self.wake, &mut st, slept.then_some(&fds[..]));
         }
@@ -627,8 +647,7 @@ impl Dgram {
         if len + DS_IPV6_HDR_LEN > SLOT {
             return Err(Errno(libc::EMSGSIZE));
         }
-        let d = st.dest(to)?;
-        let (qi, qpn, ah) = (d.qp, d.qpn, d.ah.as_ref().map(|a| a.0));
+        let (qi, qpn, ah) = self.dest_of(&mut st, to)?;
         // Larger ones would vanish on the wire: say so, as a UDP socket does.
         if len > st.qps[qi].max_payload {
             return Err(Errno(libc::EMSGSIZE));
@@ -787,8 +806,8 @@ impl Dgram {
         if st.closed {
             return;
         }
-        let Ok(d) = st.dest(from) else { return };
-        let (qi, known, old_qpn) = (d.qp, d.ah.is_some(), d.qpn);
+        let Ok((qi, old_qpn, ah)) = self.dest_of(&mut st, from) else { return };
+        let known = ah.is_some();
         let (local, my_qpn, pd) = {
             let q = &st.qps[qi];
             (q.local, q.qpn, q.id.pd())

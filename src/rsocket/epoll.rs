@@ -214,7 +214,7 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
         }
         let (r, err) = sleep.poll(slice);
         sleep.finish(r >= 0);
-        if r < 0 && err.0 == libc::EINTR {
+        if r < 0 {
             return Err(err);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {

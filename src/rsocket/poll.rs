@@ -181,7 +181,7 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
         }
         let (r, err) = wait.poll(slice);
         wait.finish(r >= 0);
-        if r < 0 && err.0 == libc::EINTR {
+        if r < 0 {
             return Err(err);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {

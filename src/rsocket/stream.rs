@@ -512,8 +512,14 @@ impl Stream {
             drop(st);
             // SAFETY: a live pollfd array.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
+            let err = Errno::last();
             st = self.lock();
             self.finish(&mut st, (r >= 0).then_some(&fds[..]));
+            // A signal restarts the wait (as SA_RESTART would); anything else
+            // (ENOMEM, too many fds) would fail every retry too.
+            if r < 0 && err.0 != libc::EINTR {
+                return Err(err);
+            }
         }
     }
 

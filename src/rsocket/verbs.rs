@@ -152,18 +152,15 @@ impl Cq {
     /// After a sleep on this CQ's fd: `polled` holds the poll(2) entries
     /// with their revents (None: no sleep, or poll failed). An arming gives at
     /// most one event, so a reported fd costs one read and an unreported one
-    /// none; without a poll to go by, every pending event is read.
+    /// none. Without a poll nothing is read: a caller that did not sleep may
+    /// not process completions, and an event read then would be lost to a
+    /// thread sleeping on the same fd; unread, it keeps the fd readable (and
+    /// the CQ armed), so the next sleep wakes at once and reads it.
     pub fn after_sleep(&mut self, polled: Option<&[libc::pollfd]>) {
-        match polled {
-            Some(p) => {
-                if p.iter().any(|e| e.fd == self.fd() && e.revents != 0) {
-                    self.read_event();
-                    self.ack_some();
-                }
-            }
-            None => {
-                self.consume_events();
-            }
+        let Some(p) = polled else { return };
+        if p.iter().any(|e| e.fd == self.fd() && e.revents != 0) {
+            self.read_event();
+            self.ack_some();
         }
     }
 

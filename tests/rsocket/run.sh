@@ -56,7 +56,7 @@ else ko "build" "compiler errors" "$out/build.log"; fi
 
 # --- the C checks: each gets its own block of ports ---
 port=$BASE
-for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram sockopts cycles duplex; do
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup sockopts cycles duplex; do
 	want "$n" || { port=$((port+10)); continue; }
 	if timeout 90 "$L" "build/rsocket/$n" $port > "$out/$n.log" 2>&1 && ! grep -q '^FAIL' "$out/$n.log"; then
 		ok "$n ($(grep -c '^ok' "$out/$n.log") checks)"
@@ -89,7 +89,7 @@ fi
 # 60 s interval a lost wake-up fails them
 if want wakeups; then
 	wconf=$PWD/$out/conf-wakeups; mkdir -p "$wconf"; echo 60000 > "$wconf/wake_up_interval"
-	for n in rpoll_readiness shutdown_eof duplex; do
+	for n in rpoll_readiness shutdown_eof duplex dgram_wakeup; do
 		if RDMACM_RS_RSOCKET_CONF=$wconf timeout 120 "$L" "build/rsocket/$n" $port > "$out/wakeups-$n.log" 2>&1 \
 			&& ! grep -q '^FAIL' "$out/wakeups-$n.log"; then ok "$n, no periodic re-scan"
 		else ko "$n, no periodic re-scan" "failed" "$out/wakeups-$n.log"; fi

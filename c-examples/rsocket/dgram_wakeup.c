@@ -1,0 +1,49 @@
+/* A thread asleep in rrecvfrom on a bound datagram rsocket that has no QP
+ * yet wakes for a reply arriving on the QP that another thread's rsendto on
+ * the same rsocket made (the sleeper must add that QP's CQ to its sleep).
+ * tests/rsocket/run.sh also runs it with a 60 s wake_up_interval, where a
+ * lost wake-up fails the watchdog instead of being hidden by the periodic
+ * re-scan. */
+#include "rs_util.h"
+
+static int x;
+static char got[64];
+static ssize_t got_n = -2;
+
+static void *receiver(void *arg)
+{
+	(void)arg;
+	got_n = rrecvfrom(x, got, sizeof(got), 0, NULL, NULL);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int port = port_arg(argc, argv);
+	struct sockaddr_in a = lo_addr(port), b = lo_addr(port + 1), from;
+	socklen_t len = sizeof(from);
+	char buf[64];
+	pthread_t t;
+	ssize_t n;
+	int y;
+
+	watchdog(20);
+	x = rsocket(AF_INET, SOCK_DGRAM, 0);
+	y = rsocket(AF_INET, SOCK_DGRAM, 0);
+	CHECK(x >= 0 && y >= 0, "two datagram rsockets", "%s", strerror(errno));
+	CHECK(rbind(x, (struct sockaddr *)&a, sizeof(a)) == 0 && rbind(y, (struct sockaddr *)&b, sizeof(b)) == 0,
+	      "both bound", "%s", strerror(errno));
+	CHECK(pthread_create(&t, NULL, receiver, NULL) == 0, "a thread sleeps in rrecvfrom", "no thread");
+	usleep(300 * 1000);
+	CHECK(rsendto(x, "ping", 4, 0, (struct sockaddr *)&b, sizeof(b)) == 4,
+	      "the main thread sends from the same rsocket (its first QP)", "%s", strerror(errno));
+	n = rrecvfrom(y, buf, sizeof(buf), 0, (struct sockaddr *)&from, &len);
+	CHECK(n == 4 && !memcmp(buf, "ping", 4), "the peer got it", "got %zd: %s", n, strerror(errno));
+	CHECK(rsendto(y, "pong", 4, 0, (struct sockaddr *)&from, len) == 4, "the peer replies", "%s",
+	      strerror(errno));
+	pthread_join(t, NULL);
+	CHECK(got_n == 4 && !memcmp(got, "pong", 4), "the sleeping thread woke with the reply", "got %zd", got_n);
+	rclose(x);
+	rclose(y);
+	return check_done();
+}
