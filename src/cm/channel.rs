@@ -73,12 +73,7 @@ impl Channel {
         if source.is_none() {
             let _ = flag.set(Flag::new()?);
         }
-        Ok(Arc::new(Channel {
-            flag,
-            source,
-            queue: Mutex::new(VecDeque::new()),
-            source_empty: AtomicBool::new(true),
-        }))
+        Ok(Arc::new(Channel { flag, source, queue: Mutex::new(VecDeque::new()), source_empty: AtomicBool::new(true) }))
     }
 
     pub fn fd(&self) -> i32 {
@@ -102,7 +97,9 @@ impl Channel {
 
     /// Next event; blocks unless the application made the fd non-blocking.
     /// Every wait is a poll() of the fd the application has, as its own
-    /// would be: readable while the queue (or the source) has an event.
+    /// would be: readable while the queue (or the source) has an event. A
+    /// signal handler ends it with EINTR as upstream's blocking write would
+    /// (`sys::eintr_ends_call`).
     pub fn pop(self: &Arc<Self>) -> Result<Pending> {
         let fd = self.fd();
         // A source that was empty last time is likely empty now: skip the
@@ -132,7 +129,7 @@ impl Channel {
                 None if crate::sys::nonblocking(fd) => return Err(Errno::EAGAIN),
                 None => {}
             }
-            crate::sys::wait_readable(fd);
+            crate::sys::wait_readable(fd)?;
             tried_empty = false;
         }
     }

@@ -515,9 +515,10 @@ impl Stream {
             let err = Errno::last();
             st = self.lock();
             self.finish(&mut st, (r >= 0).then_some(&fds[..]));
-            // A signal restarts the wait (as SA_RESTART would); anything else
+            // A signal ends the call as it would end upstream's blocking read
+            // of the completion channel (sys::eintr_ends_call); other errors
             // (ENOMEM, too many fds) would fail every retry too.
-            if r < 0 && err.0 != libc::EINTR {
+            if r < 0 && (err.0 != libc::EINTR || crate::sys::eintr_ends_call()) {
                 return Err(err);
             }
         }
@@ -765,7 +766,7 @@ impl Stream {
             }
             match self.wait(st, nonblock, deadline, |s| s.can_send() || s.phase != Phase::Open || !s.writable) {
                 Ok(g) => st = g,
-                Err(e) if (eagain(e) || e.0 == libc::ETIMEDOUT) && sent > 0 => return Ok(sent),
+                Err(e) if (eagain(e) || e.0 == libc::ETIMEDOUT || e.0 == libc::EINTR) && sent > 0 => return Ok(sent),
                 Err(e) if e.0 == libc::ETIMEDOUT => return Err(Errno::EAGAIN),
                 Err(e) => return Err(e),
             }

@@ -68,12 +68,37 @@ pub fn readable_now(fd: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) > 0 }
 }
 
-/// Blocks until `fd` is readable (or a signal arrives: the caller re-checks
-/// either way).
-pub fn wait_readable(fd: i32) {
+/// Whether a signal handler that interrupted a blocking wait ends the call
+/// with EINTR. Upstream blocks in read(2)/write(2), which the kernel restarts
+/// after a handler installed with SA_RESTART and fails with EINTR otherwise;
+/// poll(2) is never restarted and does not say which signal it was, so:
+/// EINTR unless every handler the process installed asks for SA_RESTART.
+/// Asked only when a wait was interrupted.
+pub fn eintr_ends_call() -> bool {
+    (1..=libc::SIGRTMAX()).any(|sig| {
+        // SAFETY: all-zero is a valid sigaction to be filled.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reads the disposition only (no new action).
+        let ok = unsafe { libc::sigaction(sig, std::ptr::null(), &mut sa) } == 0;
+        ok && sa.sa_sigaction != libc::SIG_DFL
+            && sa.sa_sigaction != libc::SIG_IGN
+            && sa.sa_flags & libc::SA_RESTART == 0
+    })
+}
+
+/// Blocks until `fd` is readable; the caller re-checks what it waited for.
+/// A signal ends the wait with EINTR as `eintr_ends_call` says (else the
+/// caller waits again); other poll(2) errors end it too.
+pub fn wait_readable(fd: i32) -> Result<()> {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one live pollfd.
-    unsafe { libc::poll(&mut p, 1, -1) };
+    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+        let e = Errno::last();
+        if e.0 != libc::EINTR || eintr_ends_call() {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// An epoll set watching fds for input, each reported with a caller's token.
