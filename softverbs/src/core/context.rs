@@ -29,6 +29,39 @@ pub struct AsyncEvent {
     pub kind: ibv_event_type,
 }
 
+/// Most UD sources remembered at once (`Peers::learn_ud`).
+const UD_PEERS_MAX: usize = 4096;
+
+type PeerKey = ([u8; 16], u32);
+
+/// Where remote QPs live, by (gid, qpn).
+#[derive(Default)]
+pub struct Peers {
+    /// From the CM hook: where RC and UD traffic goes.
+    cm: HashMap<PeerKey, SocketAddr>,
+    /// Learnt from UD datagrams a QP accepted, for UD replies only: a
+    /// datagram's source is whatever its sender wrote, so it never decides
+    /// where RC traffic goes nor overrides the CM's word.
+    ud: HashMap<PeerKey, SocketAddr>,
+}
+
+impl Peers {
+    /// Remembers where an accepted UD datagram came from. Emptied when full:
+    /// a flood of made-up sources costs bounded memory, and a real peer is
+    /// learnt again from its next datagram.
+    fn learn_ud(&mut self, gid: [u8; 16], qpn: u32, addr: SocketAddr) {
+        if self.ud.len() >= UD_PEERS_MAX && !self.ud.contains_key(&(gid, qpn)) {
+            self.ud.clear();
+        }
+        self.ud.insert((gid, qpn), addr);
+    }
+
+    /// Where a UD datagram for (gid, qpn) goes: the CM's word first, then what was learnt.
+    fn ud(&self, gid: &[u8; 16], qpn: u32) -> Option<SocketAddr> {
+        self.cm.get(&(*gid, qpn)).or_else(|| self.ud.get(&(*gid, qpn))).copied()
+    }
+}
+
 #[repr(C)]
 pub struct Context {
     /// Must stay the first field: the application's `ibv_context *` is `&vctx.context`.
@@ -37,8 +70,7 @@ pub struct Context {
     pub lid: u16,
     pub net: OnceLock<Arc<dyn Transport>>,
     pub qps: Mutex<HashMap<u32, Weak<Qp>>>,
-    /// (gid, qpn) → endpoint, from the CM hook and from received UD datagrams.
-    pub peers: Mutex<HashMap<([u8; 16], u32), SocketAddr>>,
+    pub peers: Mutex<Peers>,
     pub async_q: EventQueue<AsyncEvent>,
     /// Number of parked RC requests with a finite RNR deadline (the engine ticks while > 0).
     pub rnr_timers: AtomicUsize,
@@ -60,7 +92,7 @@ impl Context {
             lid,
             net: OnceLock::new(),
             qps: Mutex::new(HashMap::new()),
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(Peers::default()),
             async_q: EventQueue::new()?,
             rnr_timers: AtomicUsize::new(0),
             _lid_file: lid_file,
@@ -103,11 +135,43 @@ impl Context {
         self.async_q.push(AsyncEvent { elem, kind });
     }
 
+    /// The CM hook's word on where a QP lives.
     pub fn add_peer(&self, gid: [u8; 16], qpn: u32, addr: SocketAddr) {
-        lock(&self.peers).insert((gid, qpn), addr);
+        lock(&self.peers).cm.insert((gid, qpn), addr);
     }
 
+    /// Where the CM said a QP lives (RC connections go only there, or to the host registry).
     pub fn peer(&self, gid: &[u8; 16], qpn: u32) -> Option<SocketAddr> {
-        lock(&self.peers).get(&(*gid, qpn)).copied()
+        lock(&self.peers).cm.get(&(*gid, qpn)).copied()
+    }
+
+    pub fn learn_ud_peer(&self, gid: [u8; 16], qpn: u32, addr: SocketAddr) {
+        lock(&self.peers).learn_ud(gid, qpn, addr);
+    }
+
+    pub fn ud_peer(&self, gid: &[u8; 16], qpn: u32) -> Option<SocketAddr> {
+        lock(&self.peers).ud(gid, qpn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_learnt_ud_source_never_redirects_rc_nor_overrides_the_cm() {
+        let mut p = Peers::default();
+        let (g, cm_addr, spoof): ([u8; 16], SocketAddr, SocketAddr) =
+            ([7; 16], "10.0.0.1:4791".parse().unwrap(), "10.6.6.6:1".parse().unwrap());
+        p.cm.insert((g, 5), cm_addr);
+        p.learn_ud(g, 5, spoof);
+        p.learn_ud(g, 6, spoof);
+        assert_eq!(p.ud(&g, 5), Some(cm_addr), "the CM's word wins for UD too");
+        assert_eq!(p.ud(&g, 6), Some(spoof), "a learnt source serves UD replies");
+        assert_eq!(p.cm.get(&(g, 6)), None, "and is not where RC goes");
+        for q in 0..(UD_PEERS_MAX as u32 + 10) {
+            p.learn_ud([1; 16], 1000 + q, spoof);
+        }
+        assert!(p.ud.len() <= UD_PEERS_MAX, "bounded");
     }
 }

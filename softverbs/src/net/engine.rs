@@ -33,6 +33,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
+/// How long sent data may wait for the peer's TCP ACK before the link fails
+/// (TCP_USER_TIMEOUT): generous, as the peer's kernel ACKs even while the
+/// peer process is busy; a dead or unreachable host is noticed after it.
+const LINK_USER_TIMEOUT_MS: i32 = 30_000;
 const T_WAKE: u64 = 1;
 const T_LISTEN: u64 = 2;
 const T_UDP: u64 = 3;
@@ -177,6 +181,9 @@ impl Engine {
     fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>) -> Result<Arc<TcpLink>> {
         let token = self.next_token.fetch_add(1, Ordering::SeqCst);
         setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        // A peer whose host died (no FIN, no RST) fails the link once data has
+        // waited this long for its TCP ACK, as an RC QP gives up after its retries.
+        setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, LINK_USER_TIMEOUT_MS);
         let link = Arc::new(TcpLink {
             fd,
             token,
@@ -857,6 +864,9 @@ impl TcpLink {
                     }
                     Err(DecodeError::Incomplete(total)) => {
                         if avail.len() >= HDR_LEN {
+                            if !self.may_buffer(avail) {
+                                return Err(true);
+                            }
                             if let Some(d) = self.try_direct(avail) {
                                 // The payload bytes already here went to the MR.
                                 *direct = Some(d);
@@ -933,6 +943,17 @@ impl TcpLink {
     /// A WRITE frame whose header is here but whose payload is not (all) yet: if the
     /// responder may execute it right now, start placing its payload straight into the
     /// target memory (copying what `avail` already holds).
+    /// Whether the frame whose header starts `avail` may be gathered: an
+    /// accepted connection must start with its Hello, so a first frame of
+    /// another kind is refused at its header, before its payload (up to the
+    /// largest frame) is buffered.
+    fn may_buffer(&self, avail: &[u8]) -> bool {
+        if !matches!(self.role, Role::Inbound) || self.hello_qp.get().is_some() {
+            return true;
+        }
+        super::frame::decode_header(avail).is_ok_and(|h| h.op == Op::Hello)
+    }
+
     fn try_direct(self: &Arc<Self>, avail: &[u8]) -> Option<Direct> {
         let h = super::frame::decode_header(avail).ok()?;
         if h.op != Op::Write || h.payload_len < DIRECT_MIN {

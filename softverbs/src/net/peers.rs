@@ -1,8 +1,8 @@
 //! Where a remote QP lives.
 //!
 //! Resolution order for `(dgid, qpn)`:
-//! 1. the context's peer table: endpoints given by the CM hook (`add_peer`) or learnt from
-//!    received UD datagrams;
+//! 1. the context's peer table: endpoints given by the CM hook (`add_peer`), and for UD
+//!    traffic only, endpoints learnt from received UD datagrams (`learn_ud_peer`);
 //! 2. the host registry: a directory (`/dev/shm/softverbs-<uid>`, else
 //!    `/tmp/softverbs-<uid>`) where every QP number is claimed with an exclusive file
 //!    `qpn-XXXXXX` holding its context port. With the port, the IP comes from `dgid`

@@ -123,7 +123,7 @@ fn transmit(qp: &Qp, mut h: Header, payload: &[u8], is_global: bool) {
         }
         return;
     }
-    let to = peers::resolve(qp.ctx.peer(&h.dgid, h.dst_qpn), &h.dgid, h.dst_qpn, is_global);
+    let to = peers::resolve(qp.ctx.ud_peer(&h.dgid, h.dst_qpn), &h.dgid, h.dst_qpn, is_global);
     if let Some(to) = to {
         let _ = net.send_datagram(to, &h.frame(payload));
     }
@@ -135,17 +135,18 @@ pub fn on_datagram(ctx: &Arc<Context>, h: &Header, payload: &[u8], from: Option<
     if qp.kind != super::state::Kind::Ud {
         return;
     }
-    if let Some(from) = from {
-        if h.flags & F_MCAST == 0 {
-            ctx.add_peer(h.sgid, h.src_qpn, from);
-        }
-    }
     let mut st = lock(&qp.st);
     if !matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD) || h.qkey != st.attr.qkey {
         return;
     }
     if h.flags & F_MCAST != 0 && !st.mcast.iter().any(|(g, _)| g == &h.dgid) {
         return;
+    }
+    // Learnt only from a datagram the QP takes (its state and Q_Key passed).
+    if let Some(from) = from {
+        if h.flags & F_MCAST == 0 {
+            ctx.learn_ud_peer(h.sgid, h.src_qpn, from);
+        }
     }
     let r = match &qp.srq {
         Some(s) => s.take(None),
