@@ -150,10 +150,14 @@ pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr)
 /// rdma_destroy_qp: the QP, then the CQs the library made for it.
 pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
     let core = IdBox::lookup(id)?;
-    let qp = core.with_public(|p| std::mem::replace(&mut p.qp, std::ptr::null_mut()))?;
-    if !qp.is_null() {
-        // SAFETY: a QP the id held; detached above so destroyed once.
-        unsafe { ibv_destroy_qp(qp) };
+    {
+        // Not while a backend thread modifies it (IdCore::lock_qp).
+        let _qp = core.lock_qp();
+        let qp = core.with_public(|p| std::mem::replace(&mut p.qp, std::ptr::null_mut()))?;
+        if !qp.is_null() {
+            // SAFETY: a QP the id held; detached above so destroyed once.
+            unsafe { ibv_destroy_qp(qp) };
+        }
     }
     let made = std::mem::take(&mut core.state().lib_cqs.list);
     if !made.is_empty() {

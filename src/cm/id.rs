@@ -58,6 +58,10 @@ pub struct IdCore {
     /// holds but has not given the application yet (as the kernel counts
     /// events in GET_EVENT). Not under `st`: `post` takes `st` before a queue.
     reported: AtomicU64,
+    /// Held by rdma_destroy_qp while it takes the QP away and destroys it, and
+    /// by a backend thread that modifies the QP outside `st` (the modify takes
+    /// `st` itself), so the QP is not destroyed under it. Taken before `st`.
+    qp_lock: Mutex<()>,
 }
 
 /// The struct the application reads and writes on its own terms (as with
@@ -93,6 +97,11 @@ impl IdCore {
     /// The handle C has: the public struct's address.
     pub fn ptr(&self) -> IdPtr {
         IdPtr(self.public.0.get())
+    }
+
+    /// See `qp_lock`.
+    pub fn lock_qp(&self) -> MutexGuard<'_, ()> {
+        lock(&self.qp_lock)
     }
 
     /// An event about to reach a reader (see `reported`).
@@ -274,6 +283,7 @@ impl IdBox {
             }),
             cond: Condvar::new(),
             reported: AtomicU64::new(0),
+            qp_lock: Mutex::new(()),
         });
         let ptr = core.ptr().0;
         // `public` is the first field of a repr(C) struct: same address as the data.

@@ -27,9 +27,11 @@ pub const REJ_CONSUMER: u32 = 28;
 const DEVICE_MAX_RD_ATOMIC: u8 = 16;
 const SIDR_REJECT: u32 = 1;
 
+/// Private data as the application sees it: `len` bytes, the peer's data
+/// zero-padded (or cut, should a peer send more than the message carries).
 fn padded(data: &[u8], len: usize) -> Vec<u8> {
-    let mut v = data.to_vec();
-    v.resize(len.max(data.len()), 0);
+    let mut v = data[..data.len().min(len)].to_vec();
+    v.resize(len, 0);
     v
 }
 
@@ -107,9 +109,10 @@ fn modify(s: &SoftId, qp: *mut ibv_qp, states: &[u32]) -> Result<()> {
 }
 
 fn error_qp(s: &SoftId) {
+    let _qp = s.core.lock_qp();
     let qp = s.qp();
     if !qp.is_null() {
-        // SAFETY: the id's live QP.
+        // SAFETY: the id's live QP, not destroyed while we hold its lock.
         unsafe { crate::qp::to_error(qp) };
     }
 }
@@ -174,7 +177,17 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
         match r {
             Ok(stream) => {
                 let c = engine::get().add_conn(stream, Owner::Id(Arc::downgrade(&s2)));
-                s2.st().conn = Some(c.clone());
+                {
+                    let mut st = s2.st();
+                    // Destroyed (or disconnected) while connecting: its teardown
+                    // found no connection to close, so this one goes here.
+                    if st.dead || st.phase != Phase::ReqSent {
+                        drop(st);
+                        engine::get().remove(c.token);
+                        return;
+                    }
+                    st.conn = Some(c.clone());
+                }
                 if c.send(&m).is_err() {
                     on_eof(&s2, &c);
                 }
@@ -302,12 +315,23 @@ pub fn establish(s: &Arc<SoftId>) -> Result<()> {
     send(s, &Msg::new(Kind::Rtu))
 }
 
+/// Moves a connected id to `to`, returning the phase it had; checked and set
+/// under one hold of the id's lock, so the application's disconnect and the
+/// peer's DREQ cannot both take a connection down (two DISCONNECTED events).
+fn leave_connected(s: &SoftId, to: Phase) -> Phase {
+    let mut st = s.st();
+    let was = st.phase;
+    if matches!(was, Phase::Connected | Phase::RepSent | Phase::ConnResponse) {
+        st.phase = to;
+    }
+    was
+}
+
 pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
-    let phase = s.st().phase;
+    let phase = leave_connected(s, Phase::DreqSent);
     match phase {
         Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
             error_qp(s);
-            s.st().phase = Phase::DreqSent;
             if send(s, &Msg::new(Kind::Dreq)).is_err() {
                 // The peer is gone already: nothing will answer.
                 finish_disconnect(s, true);
@@ -432,7 +456,10 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
     let local = c.sock.local_addr().ok();
     let remote = m.src.or_else(|| c.peer());
     let Some(child) = new_child(l) else { return reject(REJ_CONSUMER) };
-    let Ok(_) = set_addrs(&child, local, remote) else { return reject(REJ_CONSUMER) };
+    if set_addrs(&child, local, remote).is_err() {
+        let _ = IdBox::destroy(child.core.ptr().0);
+        return reject(REJ_CONSUMER);
+    }
     {
         let mut st = child.st();
         st.phase = Phase::ReqRcvd;
@@ -486,6 +513,8 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
             s.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
             let peer = s.st().peer.clone();
             let data = padded(&m.private, REP_DATA);
+            // This runs on the engine thread: the application may destroy the QP meanwhile.
+            let qp_guard = s.core.lock_qp();
             let qp = s.qp();
             if qp.is_null() {
                 let _ = add_peer(&peer.gid, peer.qpn, peer.endpoint);
@@ -501,8 +530,9 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                     s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, true), data, false);
                 }
                 Err(e) => {
-                    // SAFETY: the id's live QP.
+                    // SAFETY: the id's live QP, not destroyed while we hold its lock.
                     unsafe { crate::qp::to_error(qp) };
+                    drop(qp_guard);
                     let mut rej = Msg::new(Kind::Rej);
                     rej.status = REJ_CONSUMER;
                     let _ = send(s, &rej);
@@ -522,15 +552,17 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
             s.st().phase = Phase::Connected;
             s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
         }
-        (Kind::Dreq, Phase::Connected | Phase::RepSent | Phase::ConnResponse) => {
-            s.st().phase = Phase::DreqRcvd;
-            s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
-        }
-        (Kind::Dreq, Phase::DreqSent) => {
-            // Both sides disconnected at once: answer, and we are done.
-            let _ = send(s, &Msg::new(Kind::Drep));
-            finish_disconnect(s, true);
-        }
+        (Kind::Dreq, _) => match leave_connected(s, Phase::DreqRcvd) {
+            Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
+                s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
+            }
+            Phase::DreqSent => {
+                // Both sides disconnected at once: answer, and we are done.
+                let _ = send(s, &Msg::new(Kind::Drep));
+                finish_disconnect(s, true);
+            }
+            _ => {}
+        },
         (Kind::Drep, Phase::DreqSent) => finish_disconnect(s, true),
         _ => {}
     }
@@ -666,6 +698,7 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
             });
             let remote = m.src.or(Some(from));
             if set_addrs(&child, local, remote).is_err() {
+                let _ = IdBox::destroy(child.core.ptr().0);
                 return;
             }
             let listener_udp = s.st().udp.clone();
@@ -815,4 +848,18 @@ pub fn teardown(s: &Arc<SoftId>) {
         p.route.path_rec = std::ptr::null_mut();
         p.route.num_paths = 0;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_is_padded_to_the_message_size_and_never_longer() {
+        assert_eq!(padded(b"ab", 4), b"ab\0\0");
+        let long = [7u8; REQ_DATA + 200];
+        let p = padded(&long, REQ_DATA);
+        assert_eq!(p.len(), REQ_DATA, "a peer's oversized data is cut, not reported as length 0 (u8 wrap)");
+        assert!(p.iter().all(|&b| b == 7));
+    }
 }

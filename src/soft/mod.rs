@@ -137,13 +137,17 @@ impl SoftId {
 
     /// Queues an event unless the id is being destroyed. The check and the
     /// push happen under the id's lock, which teardown takes to set `dead`:
-    /// so no event can slip in after destroy dropped the unread ones.
+    /// so no event can slip in after destroy dropped the unread ones. An
+    /// event that cannot be queued is discarded: a connect request's new id
+    /// goes with it (its teardown rejects the peer, who would wait forever).
     pub fn post_pending(&self, p: crate::cm::Pending) {
         let st = self.st();
         if !st.dead {
             self.core.post(p);
+            return;
         }
         drop(st);
+        p.discard();
     }
 }
 
