@@ -442,14 +442,16 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
 }
 
 /// A REQ arrived on a connection a listener accepted: make the new id.
+/// Refuses a connect request with REJ `reason` and closes its connection.
+pub fn reject_request(c: &Arc<Conn>, reason: u32) {
+    let mut r = Msg::new(Kind::Rej);
+    r.status = reason;
+    let _ = c.send(&r);
+    engine::get().remove(c.token);
+}
+
 pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
-    let e = engine::get();
-    let reject = |reason: u32| {
-        let mut r = Msg::new(Kind::Rej);
-        r.status = reason;
-        let _ = c.send(&r);
-        e.remove(c.token);
-    };
+    let reject = |reason: u32| reject_request(c, reason);
     if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.st().phase != Phase::Listening {
         return reject(REJ_INVALID_SERVICE_ID);
     }
@@ -542,7 +544,9 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                 }
             }
         }
-        (Kind::Rej, Phase::ReqSent) => {
+        // ReqSent: the passive side refused. RepSent: the active side could
+        // not use our reply (its QP transition failed), as the kernel reports.
+        (Kind::Rej, Phase::ReqSent | Phase::RepSent) => {
             error_qp(s);
             s.st().phase = Phase::Disconnected;
             drop_conn(s);

@@ -236,7 +236,8 @@ impl Engine {
             match owner {
                 Owner::Listener(w) => match w.upgrade() {
                     Some(l) => super::conn::on_request(&l, c, m),
-                    None => self.remove(c.token),
+                    // The listener is gone: nobody serves that port any more.
+                    None => super::conn::reject_request(c, super::conn::REJ_INVALID_SERVICE_ID),
                 },
                 Owner::Id(w) => {
                     if let Some(id) = w.upgrade() {
