@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <stddef.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/ib_user_sa.h>
@@ -341,6 +342,15 @@ static int t_inline_and_bad_input(void)
 	CHECK(!ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "REMOTE_WRITE without LOCAL_WRITE");
 	struct ibv_mr *m = ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
 	CHECK(m, "optional access bits ignored");
+	/* memory that is not mapped cannot be registered (the kernel cannot pin it) */
+	void *hole = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(hole != MAP_FAILED && munmap((char *)hole + 4096, 4096) == 0, "a page with an unmapped neighbour");
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, hole, 8192, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT, "reg_mr over a hole: EFAULT");
+	struct ibv_mr *ok1 = ibv_reg_mr(a.pd, hole, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(ok1, "reg_mr of the mapped page");
+	ibv_dereg_mr(ok1);
+	munmap(hole, 4096);
 	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "dealloc_pd with MR: EBUSY");
 	ibv_dereg_mr(m);
 	struct ibv_send_wr wr = { .opcode = IBV_WR_SEND }, *bad = NULL;
