@@ -688,11 +688,28 @@ fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, endpoint: Option<SocketAdd
     Ok(())
 }
 
+/// How many SIDR requests a listener remembers to drop retransmitted copies
+/// (a client resends for 4 s; a few per second of clients are covered).
+const SIDR_SEEN: usize = 64;
+
+/// Whether this SIDR request is new to the listener (else a retransmission).
+fn first_sidr_copy(l: &SoftId, from: SocketAddr, tid: u64) -> bool {
+    let mut st = l.st();
+    if st.sidr_seen.contains(&(from, tid)) {
+        return false;
+    }
+    if st.sidr_seen.len() == SIDR_SEEN {
+        st.sidr_seen.pop_front();
+    }
+    st.sidr_seen.push_back((from, tid));
+    true
+}
+
 /// A datagram on a SIDR socket: a request at a listener, a reply at a client.
 pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
     match m.kind {
         Kind::SidrReq if s.st().phase == Phase::Listening => {
-            if m.port_space as u32 != s.ps() {
+            if m.port_space as u32 != s.ps() || !first_sidr_copy(s, from, m.tid) {
                 return;
             }
             let Some(child) = new_child(s) else { return };

@@ -89,6 +89,10 @@ pub struct St {
     pub dead: bool,
     /// The CM connection ended without a goodbye (the peer died).
     pub peer_lost: bool,
+    /// A listener's latest SIDR requests (client address, transaction id):
+    /// a client retransmits until answered, and each copy must not make
+    /// another CONNECT_REQUEST (the IB CM drops duplicates too).
+    pub sidr_seen: std::collections::VecDeque<(SocketAddr, u64)>,
 }
 
 pub struct Mcast {
@@ -180,6 +184,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             mcast: Vec::new(),
             dead: false,
             peer_lost: false,
+            sidr_seen: std::collections::VecDeque::new(),
         }),
     });
     st.ext = Some(s.clone());
