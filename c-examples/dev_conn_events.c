@@ -71,6 +71,11 @@ static void one_round(struct dev_pair *p, int initiator)
 	/* TIMEWAIT_EXIT, if delivered, while the ids (and their QPs) still exist. */
 	dev_wait_for(p->ach, DEV_ACTIVE, RDMA_CM_EVENT_TIMEWAIT_EXIT, TIMEWAIT_WINDOW_MS);
 	dev_wait_for(p->pch, DEV_PASSIVE, RDMA_CM_EVENT_TIMEWAIT_EXIT, TIMEWAIT_WINDOW_MS);
+	/* once more, on a connection that is over */
+	errno = 0;
+	r = rdma_disconnect(first);
+	printf("%s: rdma_disconnect again after TIMEWAIT_EXIT: ret %d errno %s\n", dev_side_name[initiator], r,
+	       r ? dev_errno_name(errno) : "0");
 out:
 	dev_seq_print(DEV_ACTIVE);
 	dev_seq_print(DEV_PASSIVE);

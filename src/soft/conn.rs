@@ -344,6 +344,13 @@ pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
         }
         // The peer died: the connection is gone already, as is our QP's.
         Phase::Disconnected if s.st().peer_lost => error_qp(s),
+        // A connection attempt or one that is over: the kernel moves the QP
+        // to error and succeeds, though it can send neither DREQ nor DREP
+        // then; no event follows, so a synchronous id does not wait for one.
+        Phase::ReqSent | Phase::ReqRcvd | Phase::DreqSent | Phase::Disconnected if !s.is_ud() => {
+            error_qp(s);
+            return Ok(());
+        }
         _ => return Err(Errno::EINVAL),
     }
     if s.core.is_sync() {
