@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include "harness.h"
 #include <arpa/inet.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -655,6 +656,21 @@ static int t_garbage_frames(void)
 		for (size_t k = 0; k < n; k++) junk[k] = (char)rand_r(&seed);
 		if (i % 2) { junk[0] = 0x53; junk[1] = 0x56; junk[2] = 1; junk[3] = 1; }
 		(void)!write(t, junk, n);
+		close(t);
+	}
+	/* an accepted stream must start with its Hello: a first frame of another kind (a SEND
+	 * announcing 8 MiB) is refused at its header, before any payload is buffered */
+	{
+		unsigned char h[96] = { 0x53, 0x56, 1, 2 };
+		uint32_t qpn = htonl(b.qp->qp_num), plen = htonl(8u << 20);
+		memcpy(h + 8, &qpn, 4);
+		memcpy(h + 56, &plen, 4);
+		int t = socket(ss.ss_family, SOCK_STREAM, 0);
+		CHECK(!connect(t, (struct sockaddr *)&ss, len), "tcp connect");
+		CHECK(write(t, h, sizeof(h)) == (ssize_t)sizeof(h), "a SEND header as the first frame");
+		struct pollfd pf = { .fd = t, .events = POLLIN };
+		char c;
+		CHECK(poll(&pf, 1, 2000) == 1 && read(t, &c, 1) <= 0, "closed at the header, not waiting for its payload");
 		close(t);
 	}
 	usleep(100000);
