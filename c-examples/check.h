@@ -16,6 +16,7 @@
 #define RDMACM_RS_CHECK_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -150,6 +151,65 @@ static inline void watchdog(unsigned int seconds)
 	sa.sa_handler = watchdog_handler;
 	sigaction(SIGALRM, &sa, NULL);
 	alarm(seconds);
+}
+
+/* ---- signals that interrupt a blocked call (EINTR checks) ---------- */
+
+static volatile sig_atomic_t check_signals; /* how many check_count_signal caught */
+
+static inline void check_count_signal(int sig)
+{
+	(void)sig;
+	check_signals++;
+}
+
+/* Installs fn for sig with sa_flags = flags (SA_RESTART or 0). */
+static inline void check_handle(int sig, void (*fn)(int), int flags)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = fn;
+	sa.sa_flags = flags;
+	if (sigaction(sig, &sa, NULL)) {
+		printf("FAIL sigaction(%d): errno=%d\n", sig, errno);
+		exit(1);
+	}
+}
+
+/* A thread that, 200 ms in, sends SIGUSR1 to `target` and, 400 ms later,
+ * runs `then(arg)` (if set): what ends the blocked call with SA_RESTART. */
+struct check_poke {
+	pthread_t target, thread;
+	void (*then)(void *);
+	void *arg;
+};
+
+static inline void *check_poke_main(void *arg)
+{
+	struct check_poke *p = arg;
+	struct timespec d = { 0, 200 * 1000 * 1000 };
+
+	nanosleep(&d, NULL);
+	pthread_kill(p->target, SIGUSR1);
+	if (p->then) {
+		d.tv_nsec = 400 * 1000 * 1000;
+		nanosleep(&d, NULL);
+		p->then(p->arg);
+	}
+	return NULL;
+}
+
+/* Starts the poke at the calling thread (join p->thread after the call). */
+static inline void check_poke_me(struct check_poke *p, void (*then)(void *), void *arg)
+{
+	p->target = pthread_self();
+	p->then = then;
+	p->arg = arg;
+	if (pthread_create(&p->thread, NULL, check_poke_main, p)) {
+		printf("FAIL pthread_create\n");
+		exit(1);
+	}
 }
 
 /* Stop now with a FAIL line; used when a thread is stuck and cannot be joined. */

@@ -572,7 +572,7 @@ impl Dgram {
                 let err = Errno::last();
                 slept = r >= 0;
                 st = self.lock();
-                if r < 0 && (err.0 != libc::EINTR || crate::sys::eintr_ends_call()) {
+                if r < 0 && crate::sys::poll_error_ends_wait(err) {
                     Self::finish_locked(&self.wake, &mut st, None);
                     return Err(err);
                 }

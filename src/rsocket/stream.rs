@@ -518,7 +518,7 @@ impl Stream {
             // A signal ends the call as it would end upstream's blocking read
             // of the completion channel (sys::eintr_ends_call); other errors
             // (ENOMEM, too many fds) would fail every retry too.
-            if r < 0 && (err.0 != libc::EINTR || crate::sys::eintr_ends_call()) {
+            if r < 0 && crate::sys::poll_error_ends_wait(err) {
                 return Err(err);
             }
         }

@@ -86,6 +86,12 @@ pub fn eintr_ends_call() -> bool {
     })
 }
 
+/// Whether a poll(2) that failed with `e` ends the caller's wait: a signal
+/// as `eintr_ends_call` says, any other error always (it would fail again).
+pub fn poll_error_ends_wait(e: Errno) -> bool {
+    e.0 != libc::EINTR || eintr_ends_call()
+}
+
 /// Blocks until `fd` is readable; the caller re-checks what it waited for.
 /// A signal ends the wait with EINTR as `eintr_ends_call` says (else the
 /// caller waits again); other poll(2) errors end it too.
@@ -94,7 +100,7 @@ pub fn wait_readable(fd: i32) -> Result<()> {
     // SAFETY: one live pollfd.
     if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
         let e = Errno::last();
-        if e.0 != libc::EINTR || eintr_ends_call() {
+        if poll_error_ends_wait(e) {
             return Err(e);
         }
     }
