@@ -300,6 +300,7 @@ impl Conn {
     /// torn read (say the new length with the old, exhausted address) must
     /// never be taken. Slot `i` only ever describes half `i` of the peer's
     /// receive buffer, so anything but exactly that half is "not yet".
+    #[inline]
     fn fresh_advert(&self, i: usize) -> Option<Sge> {
         // SAFETY: inside tbuf; volatile because the device writes it.
         let s = Sge::from_mem(&unsafe { std::ptr::read_volatile(self.slot_ptr(i)) });
@@ -315,6 +316,7 @@ impl Conn {
 
     /// The advert to write into now, taking a fresh one from its slot if the
     /// current one is used up.
+    #[inline]
     fn take_target(&mut self) -> Option<Sge> {
         if let Some(c) = self.cur.filter(|c| c.length > 0) {
             return Some(c);
@@ -415,6 +417,7 @@ impl Conn {
     }
 
     /// Whether a data message can go now (rsocket.md §4 "Send").
+    #[inline]
     pub fn can_send(&self) -> bool {
         self.data_avail >= self.wrs()
             && self.sbuf_avail >= RS_SNDLOWAT.min(self.sbuf_size)
@@ -461,6 +464,7 @@ impl Conn {
     /// # Safety
     /// `stack` and `src`'s buffers outlive the returned SGEs' use; `src` segments are
     /// readable.
+    #[inline]
     unsafe fn stage(
         &mut self,
         src: &mut Gather,

@@ -46,6 +46,7 @@ impl Gather {
     }
 
     /// The next `n` contiguous bytes, when they lie in one segment.
+    #[inline]
     pub fn contiguous(&self, n: usize) -> Option<*const u8> {
         let mut i = self.i;
         let mut off = self.off;

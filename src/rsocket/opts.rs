@@ -181,7 +181,10 @@ pub fn set_stream(st: &mut St, level: i32, name: i32, val: &[u8]) -> Result<Opti
         }
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
             o.keepalive = int(val)? != 0;
-            return Ok(Some(o.keepalive));
+            let on = o.keepalive;
+            // Sends stamp last_send only while keepalive is on: idle counts from now.
+            st.last_send = std::time::Instant::now();
+            return Ok(Some(on));
         }
         (libc::SOL_SOCKET, libc::SO_LINGER) => {
             if val.len() < 8 {

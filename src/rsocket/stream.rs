@@ -380,7 +380,8 @@ impl St {
             sent += n;
             olen = (olen * 2).min(super::conn::RS_MAX_TRANSFER);
         }
-        if sent > 0 {
+        // Only keepalive reads it: no clock read per send without it.
+        if sent > 0 && self.opts.keepalive {
             self.last_send = Instant::now();
         }
         Ok(sent)
