@@ -7,5 +7,6 @@ pub mod cq;
 pub mod device;
 pub mod events;
 pub mod mem;
+pub mod pin;
 pub mod registry;
 pub mod srq;

@@ -2,6 +2,7 @@
 
 use super::handles::{self, MRS, PDS};
 use crate::core::mem::{self, check_access, Pd};
+use crate::core::pin;
 use crate::sys::{Errno, Result};
 use crate::trace as t;
 use libc::{c_int, c_void};
@@ -48,29 +49,13 @@ export! {
     }
 }
 
-/// Whether every page of [addr, addr + len) is mapped (mincore fails with
-/// ENOMEM on a hole); `addr + len` does not overflow.
-fn mapped(addr: usize, len: usize) -> bool {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let start = addr & !(page - 1);
-    let pages = (addr + len - start).div_ceil(page);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: vec has one byte per page of the range; mincore only writes it.
-    unsafe { libc::mincore(start as *mut c_void, pages * page, vec.as_mut_ptr()) == 0 }
-}
-
 fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> Result<*mut ibv_mr> {
     let pd = handles::pd(pd)?;
     let access = check_access(access as u32).ok_or(Errno::EINVAL)?;
     if length == 0 || addr.is_null() || (addr as usize).checked_add(length).is_none() {
         return Err(Errno::EINVAL);
     }
-    if !mapped(addr as usize, length) {
-        // The kernel pins the pages of an MR and fails on a hole; a remote
-        // access to one would kill our progress thread.
-        return Err(Errno(libc::EFAULT));
-    }
+    pin::check(addr as usize, length, access)?;
     let iova = if access & IBV_ACCESS_ZERO_BASED != 0 { 0 } else { iova };
     let mr = mem::register(&pd, addr as usize, length, iova, access);
     let p = mr.ibv();
@@ -162,6 +147,15 @@ export! {
         } else {
             (old.addr, old.len)
         };
+        if a.checked_add(l).is_none() {
+            return fail(Errno::EINVAL, -1);
+        }
+        // The kernel pins the new pages (or the old ones for new access) first.
+        if flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS) != 0 {
+            if let Err(e) = pin::check(a, l, new_access) {
+                return fail(e, -4);
+            }
+        }
         let iova = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 { a as u64 } else { old.iova };
         MRS.remove(mr);
         mem::unregister(&old);

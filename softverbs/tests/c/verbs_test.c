@@ -352,6 +352,27 @@ static int t_inline_and_bad_input(void)
 	CHECK(ok1, "reg_mr of the mapped page");
 	ibv_dereg_mr(ok1);
 	munmap(hole, 4096);
+	/* write access needs writable pages (the kernel pins them for writing: EFAULT on rxe) */
+	void *ro = mmap(NULL, 8192, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(ro != MAP_FAILED && mprotect((char *)ro + 4096, 4096, PROT_NONE) == 0, "read-only and PROT_NONE pages");
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, ro, 4096, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT, "read-only, LOCAL_WRITE: EFAULT");
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, ro, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) && errno == EFAULT,
+	      "read-only, REMOTE_WRITE: EFAULT");
+	struct ibv_mr *rom = ibv_reg_mr(a.pd, ro, 4096, IBV_ACCESS_REMOTE_READ);
+	CHECK(rom, "read-only, REMOTE_READ");
+	errno = 0;
+	CHECK(ibv_rereg_mr(rom, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT, "rereg of a read-only MR to LOCAL_WRITE: EFAULT");
+	CHECK(ibv_dereg_mr(rom) == 0, "the MR is still registered");
+	struct ibv_mr *none = ibv_reg_mr(a.pd, (char *)ro + 4096, 4096, 0);
+	CHECK(none, "PROT_NONE, no access (the kernel takes it too)");
+	ibv_dereg_mr(none);
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, (char *)ro + 4096, 4096, IBV_ACCESS_REMOTE_READ) && errno == EFAULT,
+	      "PROT_NONE, REMOTE_READ: EFAULT (the kernel takes it; a peer's read would fault here)");
+	munmap(ro, 8192);
 	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "dealloc_pd with MR: EBUSY");
 	ibv_dereg_mr(m);
 	struct ibv_send_wr wr = { .opcode = IBV_WR_SEND }, *bad = NULL;
