@@ -1,13 +1,57 @@
 /* A signal handler interrupts a blocking rrecv as it interrupts upstream's
  * blocking read of the completion channel (signal(7)): -1/EINTR after a
  * handler installed without SA_RESTART; with SA_RESTART the call goes on
- * waiting and returns the data sent afterwards. */
+ * waiting and returns the data sent afterwards. A blocking rsend interrupted
+ * after it moved some bytes returns their count, as send(2) does, and the
+ * peer receives exactly those bytes. */
 #include "rs_util.h"
 
 static void send_byte(void *peer)
 {
 	if (rsend(*(int *)peer, "x", 1, 0) != 1)
 		fatal("rsend: %s", strerror(errno));
+}
+
+#define BIG (8 << 20) /* far more than the send and receive buffers hold */
+
+static unsigned char pattern(size_t i)
+{
+	return (unsigned char)(i * 7 % 251);
+}
+
+/* rsend of BIG bytes into a peer that does not read, interrupted 200 ms in. */
+static void partial_send(int c, int peer)
+{
+	unsigned char *big = malloc(BIG), *in = malloc(BIG);
+	struct check_poke pk;
+	ssize_t n, got = 0, r;
+	size_t i;
+	int err, bad = 0;
+
+	if (!big || !in)
+		fatal("malloc");
+	for (i = 0; i < BIG; i++)
+		big[i] = pattern(i);
+	check_handle(SIGUSR1, check_count_signal, 0);
+	check_signals = 0;
+	check_poke_me(&pk, NULL, NULL);
+	errno = 0;
+	n = rsend(c, big, BIG, 0);
+	err = errno;
+	pthread_join(pk.thread, NULL);
+	CHECK(n > 0 && n < BIG && check_signals == 1, "an interrupted blocking rsend returns the bytes it sent",
+	      "got %zd errno %d caught %d", n, err, (int)check_signals);
+	while (n > 0 && got < n && (r = rrecv(peer, in + got, n - got, 0)) > 0)
+		got += r;
+	for (i = 0; i < (size_t)got; i++)
+		bad += in[i] != pattern(i);
+	usleep(200 * 1000);
+	errno = 0;
+	r = rrecv(peer, in, 1, MSG_DONTWAIT);
+	CHECK(n > 0 && got == n && !bad && r == -1 && errno == EAGAIN, "the peer receives exactly those bytes",
+	      "sent %zd, received %zd (%d differ), then %zd errno %d", n, got, bad, r, errno);
+	free(big);
+	free(in);
 }
 
 int main(int argc, char **argv)
@@ -37,6 +81,7 @@ int main(int argc, char **argv)
 			      "with SA_RESTART rrecv goes on waiting and returns the byte sent after",
 			      "got %zd errno %d caught %d", n, err, (int)check_signals);
 	}
+	partial_send(c, peer);
 	rclose(c);
 	rclose(peer);
 	rclose(l);
