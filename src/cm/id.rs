@@ -111,7 +111,11 @@ impl IdCore {
 
     /// Events handed out and not acked yet.
     pub(crate) fn outstanding(&self, st: &IdState) -> u64 {
-        self.reported.load(Ordering::SeqCst).saturating_sub(st.acct.acked)
+        let reported = self.reported.load(Ordering::SeqCst);
+        // An event is acked only after it was handed out, and the caller holds the lock
+        // acks take: more acks than hand-outs would be a counting bug.
+        debug_assert!(st.acct.acked <= reported, "acked {} > handed out {reported}", st.acct.acked);
+        reported.saturating_sub(st.acct.acked)
     }
 
     pub(crate) fn acked(&self) {

@@ -139,16 +139,6 @@ impl Cq {
         Ok(())
     }
 
-    /// Reads the pending completion events, if any (never blocks).
-    pub fn consume_events(&mut self) -> bool {
-        let mut got = false;
-        while self.read_event() {
-            got = true;
-        }
-        self.ack_some();
-        got
-    }
-
     /// After a sleep on this CQ's fd: `polled` holds the poll(2) entries
     /// with their revents (None: no sleep, or poll failed). An arming gives at
     /// most one event, so a reported fd costs one read and an unreported one
@@ -186,7 +176,8 @@ impl Cq {
 
     /// Acks what was read and destroys the CQ and its channel.
     pub fn destroy(mut self) {
-        self.consume_events();
+        // Every event read must be acked before the CQ goes (never blocks: the fd is non-blocking).
+        while self.read_event() {}
         // SAFETY: our CQ and channel; the QP using the CQ is gone; events acked first.
         unsafe {
             if self.unacked > 0 {
