@@ -38,5 +38,27 @@ if ip netns exec "$b" env RDMA_TEST_UNREACHABLE=192.0.2.1 bash c-examples/run-de
 	echo "PASS netns dev_unreachable (ADDR_ERROR -ETIMEDOUT, as rxe)"; pass=$((pass+1))
 else echo "FAIL netns dev_unreachable"; tail -n 20 "$out/unreachable.log"; fail=$((fail+1)); fi
 
+# A host that vanishes from an idle connection: its link goes down, then its
+# process dies (no FIN or RST gets through). Only the CM's TCP keepalive can
+# notice; the survivor must get DISCONNECTED (about 25 s; 60 s allowed).
+if cc -Wall -Wextra -Werror -O1 -Iinclude -o "$out/idle_peer" tests/soft/idle_peer.c -Lbuild/lib -lrdmacm -libverbs \
+	-Wl,-rpath-link,build/lib > "$out/idle_peer.build" 2>&1; then
+	ip netns exec "$a" timeout 90 "$L" "$out/idle_peer" server $S 7475 60 > "$out/vanish.server.log" 2>&1 &
+	spid=$!
+	wait_port 7475 "$a"
+	ip netns exec "$b" timeout 90 "$L" "$out/idle_peer" client $S 7475 > "$out/vanish.client.log" 2>&1 &
+	cpid=$!
+	for _ in $(seq 100); do
+		grep -q established "$out/vanish.server.log" && grep -q established "$out/vanish.client.log" && break
+		sleep 0.1
+	done
+	ip -n "$b" link set vb-$$ down
+	kill -9 $cpid; wait $cpid 2>/dev/null
+	wait $spid; src=$?
+	if [ $src -eq 0 ]; then echo "PASS netns vanished host: $(tail -n 1 "$out/vanish.server.log")"; pass=$((pass+1))
+	else echo "FAIL netns vanished host (server exit $src)"; tail -n 3 "$out/vanish.server.log" "$out/vanish.client.log"; fail=$((fail+1)); fi
+	ip -n "$b" link set vb-$$ up
+else echo "FAIL netns vanished host: idle_peer does not build"; cat "$out/idle_peer.build"; fail=$((fail+1)); fi
+
 echo "netns: $pass passed, $fail failed"
 [ $fail -eq 0 ]
