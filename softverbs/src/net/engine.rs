@@ -9,7 +9,9 @@
 //! a QP pair normally shares one connection; if both sides open at once, nobody has to agree
 //! on who connects: both use two until one side, with nothing in flight, moves to the other's,
 //! see `requester::prefer_peer_link`). Writes never block: what the socket does not take is
-//! queued and flushed on `EPOLLOUT`.
+//! queued and flushed on `EPOLLOUT`. A peer that leaves too many responses unread, or has
+//! too many requests parked at the responder, is stopped through TCP: its link is not read
+//! until that clears (see `PARK_MAX_BYTES` and `TcpLink::rearm`).
 //!
 //! Progress: the progress thread, or — polling-driven progress — any application thread
 //! in `ibv_poll_cq` on an empty CQ ([`Transport::progress`]: the same handlers, never
@@ -20,16 +22,16 @@
 //! and dropped (and a stream that carried one is closed, since it cannot be re-synchronised).
 
 use super::addr::{from_raw, local_addr, to_storage};
-use super::frame::{decode, DecodeError, Header, Op, HDR_LEN};
+use super::frame::{decode, op_of, DecodeError, Header, Op, HDR_LEN, MAX_MSG};
 use super::{Link, Transport};
 use crate::core::context::Context;
 use crate::core::registry::{lock, try_lock};
-use crate::qp::{requester, responder, ud, Qp};
+use crate::qp::{requester, responder, ud, Qp, MAX_QP_WR, MAX_RD_ATOM};
 use crate::sys::{cerr, owned, Errno, Result};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
@@ -47,7 +49,6 @@ const PARK_POLLS: u64 = 8;
 pub struct Engine {
     port: u16,
     epfd: Arc<OwnedFd>,
-    wake: OwnedFd,
     listener: OwnedFd,
     udp: OwnedFd,
     v6: bool,
@@ -63,7 +64,6 @@ pub struct Engine {
     /// Parked flag and held responses, shared with the links.
     shared: Arc<Shared>,
     kicked: AtomicBool,
-    engine_thread: std::sync::OnceLock<std::thread::Thread>,
     malformed: AtomicU64,
 }
 
@@ -142,7 +142,6 @@ impl Engine {
         let eng = Arc::new(Engine {
             port,
             epfd,
-            wake,
             listener,
             udp,
             v6,
@@ -157,9 +156,12 @@ impl Engine {
                 pending: AtomicBool::new(false),
                 age: std::sync::atomic::AtomicU32::new(0),
                 held: Mutex::new(Vec::new()),
+                resumed: Mutex::new(Vec::new()),
+                resume_pending: AtomicBool::new(false),
+                wake,
+                thread: std::sync::OnceLock::new(),
             }),
             kicked: AtomicBool::new(false),
-            engine_thread: std::sync::OnceLock::new(),
             malformed: AtomicU64::new(0),
         });
         let weak_ctx = Arc::downgrade(ctx);
@@ -173,7 +175,7 @@ impl Engine {
                 }
             })
             .map_err(|_| Errno::ENOMEM)?;
-        let _ = eng.engine_thread.set(h.thread().clone());
+        let _ = eng.shared.thread.set(h.thread().clone());
         *lock(&eng.thread) = Some(h);
         Ok(eng)
     }
@@ -190,19 +192,17 @@ impl Engine {
             epfd: self.epfd.clone(),
             shared: self.shared.clone(),
             role,
-            tx: Mutex::new(Tx { q: VecDeque::new(), off: 0, connecting, want_out: connecting, corked: false, held: false }),
+            tx: Mutex::new(Tx::new(connecting)),
             rx: Mutex::new(Rx { buf: Vec::new(), start: 0, direct: None, bulk: 0 }),
             dead: AtomicBool::new(false),
             reported: AtomicBool::new(false),
             peer_qpn: std::sync::atomic::AtomicU32::new(NO_PEER),
             hello_qp: std::sync::OnceLock::new(),
             listener,
+            pause: AtomicU8::new(0),
         });
         lock(&self.conns).insert(token, link.clone());
-        let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-        if connecting {
-            ev |= libc::EPOLLOUT as u32;
-        }
+        let ev = lock(&link.tx).mask;
         if let Err(e) = epoll_add(self.epfd.as_raw_fd(), link.fd.as_raw_fd(), ev, token) {
             lock(&self.conns).remove(&token);
             return Err(e);
@@ -227,6 +227,7 @@ impl Engine {
             }
             let Some(c) = ctx.upgrade() else { break };
             let any = self.handle(&c, &events[..n as usize], true);
+            self.resume_links(&c);
             if ticking {
                 responder::tick(&c);
             }
@@ -249,6 +250,7 @@ impl Engine {
             let seen = self.polls.load(Ordering::SeqCst);
             std::thread::park_timeout(std::time::Duration::from_millis(1));
             self.shared.flush_held();
+            self.resume_links(c);
             if c.rnr_timers.load(Ordering::SeqCst) > 0 {
                 responder::tick(c);
             }
@@ -258,6 +260,27 @@ impl Engine {
         }
         self.shared.parked.store(false, Ordering::SeqCst);
         self.shared.flush_held();
+    }
+
+    /// Links that were paused (see `TcpLink::rearm`) go on: the responder runs the requests
+    /// it held back while the link was congested, and what the link buffered meanwhile is
+    /// dispatched (the peer may have nothing more to send, so no `EPOLLIN` would come for
+    /// it). Only the progress thread does this, waiting for each link's receive lock, so no
+    /// resumed link is skipped because another thread was finishing its read pass.
+    fn resume_links(&self, c: &Arc<Context>) {
+        if !self.shared.resume_pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let tokens = std::mem::take(&mut *lock(&self.shared.resumed));
+        for t in tokens {
+            let link = lock(&self.conns).get(&t).cloned();
+            if let Some(l) = link {
+                if let Some(qp) = l.local_qp() {
+                    responder::resume(&qp);
+                }
+                self.on_conn_event(c, &l, libc::EPOLLIN as u32, true);
+            }
+        }
     }
 
     /// Handles ready events. `engine`: called by the progress thread (may wait for a lock);
@@ -272,7 +295,7 @@ impl Engine {
                     if engine {
                         let mut v = 0u64;
                         // SAFETY: reads 8 bytes into a live u64 from our nonblocking eventfd.
-                        unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                        unsafe { libc::read(self.shared.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
                     }
                 }
                 T_LISTEN => {
@@ -357,6 +380,12 @@ impl Engine {
                 Err(()) => down = true,
             }
         }
+        if !down && link.paused() && flags & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+            // Reported whatever the interest (level-triggered: again on every wait), and the
+            // stream is broken (reset, or we shut it down): what it buffered cannot be
+            // answered anyway.
+            down = true;
+        }
         if !down && flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32 != 0 {
             match link.read_frames(ctx, engine) {
                 Ok(did) => any |= did,
@@ -425,12 +454,7 @@ impl Transport for Engine {
 
     fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        if let Some(t) = self.engine_thread.get() {
-            t.unpark();
-        }
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.shared.wake();
         let h = lock(&self.thread).take();
         if let Some(h) = h {
             if h.thread().id() != std::thread::current().id() {
@@ -438,6 +462,7 @@ impl Transport for Engine {
             }
         }
         lock(&self.shared.held).clear();
+        lock(&self.shared.resumed).clear();
         let links: Vec<Arc<TcpLink>> = lock(&self.conns).drain().map(|(_, l)| l).collect();
         for l in links {
             l.dead.store(true, Ordering::SeqCst);
@@ -473,7 +498,7 @@ impl Transport for Engine {
         self.shared.flush_held();
         if self.shared.parked.load(Ordering::SeqCst) {
             self.kicked.store(true, Ordering::SeqCst);
-            if let Some(t) = self.engine_thread.get() {
+            if let Some(t) = self.shared.thread.get() {
                 t.unpark();
             }
         }
@@ -493,6 +518,14 @@ struct Shared {
     /// in the same `sendmsg` as our ACK. Flushed by the next verbs poll/arm, progress pass,
     /// or the parked progress thread (≤ 1 ms).
     held: Mutex<Vec<Arc<TcpLink>>>,
+    /// Tokens of links whose reading resumed (`Engine::resume_links`); `resume_pending`:
+    /// not empty.
+    resumed: Mutex<Vec<u64>>,
+    resume_pending: AtomicBool,
+    /// Wakes the progress thread out of `epoll_wait`.
+    wake: OwnedFd,
+    /// The progress thread (unparked out of `park_while_polled`).
+    thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
 thread_local! {
@@ -501,6 +534,23 @@ thread_local! {
 }
 
 impl Shared {
+    /// Gets the progress thread going, wherever it sleeps.
+    fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Link `token` may be read again: the progress thread dispatches what it buffered.
+    fn resume(&self, token: u64) {
+        lock(&self.resumed).push(token);
+        self.resume_pending.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
     /// From `ibv_poll_cq`: held responses may wait while the application takes the
     /// completions of the pass that held them (typically: send completion, then the
     /// receive it answers by posting) but not longer. A thread that moves on to another
@@ -536,7 +586,7 @@ impl Shared {
                 // SAFETY: shutting down our own socket; the engine reports it down.
                 unsafe { libc::shutdown(l.fd.as_raw_fd(), libc::SHUT_RDWR) };
             }
-            l.want_out(&mut tx);
+            l.rearm(&mut tx);
         }
     }
 }
@@ -550,7 +600,7 @@ enum Role {
 
 struct Tx {
     /// Bytes the socket did not take yet, in order (`off` into the front one).
-    q: VecDeque<Vec<u8>>,
+    q: VecDeque<Queued>,
     off: usize,
     connecting: bool,
     /// EPOLLOUT is registered (the socket was full, or still connecting).
@@ -560,6 +610,106 @@ struct Tx {
     corked: bool,
     /// Queued responses held back after a polling thread's read pass (see `Shared`).
     held: bool,
+    /// Response frames in `q`, and how many of them answer a READ or an atomic.
+    resps: usize,
+    rd_resps: usize,
+    /// Requests of the peer parked at the local QP's responder (`Link::parked`): how many,
+    /// and their payload bytes.
+    parked: usize,
+    parked_bytes: usize,
+    /// Reading is paused because of `resps`/`rd_resps` (see `OUT_RD_HIGH`).
+    out_paused: bool,
+    /// The epoll interest registered for the socket.
+    mask: u32,
+}
+
+/// One frame the socket did not take (all of it, or the rest).
+struct Queued {
+    bytes: Vec<u8>,
+    class: Class,
+}
+
+/// What a queued frame is, for `Tx::resps` and `Tx::rd_resps`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Request,
+    Response,
+    /// A READ or atomic response.
+    RdResponse,
+}
+
+impl Class {
+    /// The class of an encoded frame (or of its header).
+    fn of(frame: &[u8]) -> Class {
+        match op_of(frame) {
+            Some(Op::ReadResp | Op::AtomicResp) => Class::RdResponse,
+            Some(Op::Ack) => Class::Response,
+            _ => Class::Request,
+        }
+    }
+}
+
+const IN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+
+impl Tx {
+    fn new(connecting: bool) -> Tx {
+        Tx {
+            q: VecDeque::new(),
+            off: 0,
+            connecting,
+            want_out: connecting,
+            corked: false,
+            held: false,
+            resps: 0,
+            rd_resps: 0,
+            parked: 0,
+            parked_bytes: 0,
+            out_paused: false,
+            mask: IN_EVENTS | if connecting { libc::EPOLLOUT as u32 } else { 0 },
+        }
+    }
+
+    fn push(&mut self, bytes: Vec<u8>, class: Class) {
+        self.count(class, true);
+        self.q.push_back(Queued { bytes, class });
+    }
+
+    fn pop(&mut self) {
+        if let Some(f) = self.q.pop_front() {
+            self.count(f.class, false);
+        }
+        self.off = 0;
+    }
+
+    fn clear(&mut self) {
+        self.q.clear();
+        self.off = 0;
+        self.resps = 0;
+        self.rd_resps = 0;
+    }
+
+    fn count(&mut self, class: Class, add: bool) {
+        let step = |n: usize| if add { n + 1 } else { n.saturating_sub(1) };
+        if class != Class::Request {
+            self.resps = step(self.resps);
+        }
+        if class == Class::RdResponse {
+            self.rd_resps = step(self.rd_resps);
+        }
+    }
+
+    /// Too many of the peer's requests wait at the responder (see `PARK_MAX_BYTES`).
+    fn parked_over(&self) -> bool {
+        self.parked_bytes > PARK_MAX_BYTES || self.parked > PARK_MAX_REQS
+    }
+
+    /// The peer leaves more responses unread than a requester honouring its limits can
+    /// have outstanding (see `OUT_RD_HIGH`); once paused, until half of them left.
+    fn out_over(&self) -> bool {
+        let (rd, all) =
+            if self.out_paused { (OUT_RD_HIGH / 2, OUT_RESP_HIGH / 2) } else { (OUT_RD_HIGH, OUT_RESP_HIGH) };
+        self.rd_resps > rd || self.resps > all
+    }
 }
 
 /// Receive staging size (the least free space asked of each `recv`). Large WRITE
@@ -581,6 +731,37 @@ const HOLD_POLLS: u32 = 2;
 const MAX_READS: u32 = 16;
 /// Most queued frames one `writev` takes.
 const MAX_IOV: usize = 64;
+
+// Back-pressure. Over TCP nothing is retransmitted, so the responder may neither drop a
+// request (as an RNIC does, leaving the retry to the requester) nor buffer a peer's
+// requests or responses without limit: beyond these bounds it stops reading the link
+// (`TcpLink::rearm`), TCP's flow control then stops the peer, and reading resumes once the
+// condition clears. A link carries our requests' responses too, which then wait as well,
+// so the bounds lie beyond what a peer that honours its own limits can cause: a benign
+// program never pauses a link.
+
+/// Payload bytes of one link's requests parked at the responder (before RTR, or waiting
+/// for a receive: RNR) beyond which the link pauses. Any single message (≤ `MAX_MSG`) may
+/// park whole; well-behaved applications post their receives (or use credits, as
+/// rsockets does) long before this much waits.
+const PARK_MAX_BYTES: usize = MAX_MSG as usize;
+/// Parked requests of one link beyond which it pauses (the per-request cost is about
+/// 200 bytes): a requester has at most its send queue (≤ `MAX_QP_WR`) in flight.
+const PARK_MAX_REQS: usize = MAX_QP_WR as usize;
+/// READ/atomic responses waiting in one link's queue beyond which it pauses and is
+/// congested (`Link::congested`: its parked requests do not run either) until half of them
+/// left. A requester honouring `max_rd_atomic` (≤ `MAX_RD_ATOM`) has at most that many
+/// READs/atomics outstanding, so never more responses waiting here, however slowly it
+/// reads; one that has asks for data it does not take (READ amplification). A byte bound
+/// would stop links that honour that: 16 outstanding 64 MiB READs each way of a QP pair
+/// queue 1 GiB on both sides, and two sides that both stopped reading until their queues
+/// drained would wait for each other for ever. The memory is bounded all the same:
+/// ≤ `MAX_RD_ATOM` + 1 READ responses of ≤ `MAX_MSG`, less what the socket took.
+const OUT_RD_HIGH: usize = MAX_RD_ATOM as usize;
+/// Responses of any kind (ACKs, ~100 bytes each) waiting in one link's queue beyond which
+/// it pauses and is congested (until half left): one per request in flight, ≤ the
+/// requester's send queue.
+const OUT_RESP_HIGH: usize = MAX_QP_WR as usize;
 
 struct Rx {
     /// Received bytes; frames start at `start`.
@@ -623,7 +804,15 @@ pub struct TcpLink {
     hello_qp: std::sync::OnceLock<Weak<Qp>>,
     /// The listening endpoint the stream was opened to (`Link::listener`).
     listener: Option<SocketAddr>,
+    /// Why reading is paused (`PAUSE_*`; written under the tx lock by `rearm`, read
+    /// without it).
+    pause: AtomicU8,
 }
+
+/// Too many of the peer's requests are parked (`Tx::parked_over`).
+const PAUSE_PARKED: u8 = 1;
+/// Too many responses wait for the peer to read them (`Tx::out_over`).
+const PAUSE_OUT: u8 = 2;
 
 const NO_PEER: u32 = u32::MAX;
 
@@ -637,20 +826,35 @@ impl TcpLink {
         }
     }
 
-    fn events(&self, out: bool) {
-        let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-        if out {
-            ev |= libc::EPOLLOUT as u32;
-        }
-        epoll_mod(self.epfd.as_raw_fd(), self.fd.as_raw_fd(), ev, self.token);
+    /// Reading is paused (see `PARK_MAX_BYTES`): frames stay in the receive buffer and
+    /// the socket, and a read pass dispatches nothing.
+    fn paused(&self) -> bool {
+        self.pause.load(Ordering::SeqCst) != 0
     }
 
-    /// Registers EPOLLOUT exactly while bytes wait (or the connect is pending).
-    fn want_out(&self, tx: &mut Tx) {
+    /// Registers EPOLLOUT exactly while bytes wait (or the connect is pending), and
+    /// EPOLLIN unless reading is paused. Every change of what decides a pause (queued
+    /// responses, parked requests) comes here under the tx lock, so the interest always
+    /// follows the latest state. A link leaving a pause goes to the progress thread
+    /// (`Engine::resume_links`).
+    fn rearm(&self, tx: &mut Tx) {
+        tx.out_paused = tx.out_over();
+        let pause = (if tx.parked_over() { PAUSE_PARKED } else { 0 }) | (if tx.out_paused { PAUSE_OUT } else { 0 });
+        let was = self.pause.load(Ordering::SeqCst);
+        if was != pause {
+            self.pause.store(pause, Ordering::SeqCst);
+        }
         let want = tx.connecting || (!tx.q.is_empty() && !tx.corked && !tx.held);
-        if want != tx.want_out {
-            tx.want_out = want;
-            self.events(want);
+        tx.want_out = want;
+        let mask = (if pause != 0 { 0 } else { IN_EVENTS }) | (if want { libc::EPOLLOUT as u32 } else { 0 });
+        if mask != tx.mask {
+            tx.mask = mask;
+            epoll_mod(self.epfd.as_raw_fd(), self.fd.as_raw_fd(), mask, self.token);
+        }
+        // Any cause that cleared, even with another still there: requests held back while
+        // congested must run, or the parked ones that keep the link paused never drain.
+        if was & !pause != 0 && !self.is_dead() {
+            self.shared.resume(self.token);
         }
     }
 
@@ -662,7 +866,7 @@ impl TcpLink {
         let mut cnt = 0usize;
         let mut offered = 0usize;
         for (i, f) in tx.q.iter().take(MAX_IOV).enumerate() {
-            let s = if i == 0 { &f[tx.off..] } else { &f[..] };
+            let s = if i == 0 { &f.bytes[tx.off..] } else { &f.bytes[..] };
             offered += s.len();
             iov[cnt] = libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() };
             cnt += 1;
@@ -691,19 +895,17 @@ impl TcpLink {
             if e == libc::EAGAIN || e == libc::EINTR {
                 return Ok((0, false));
             }
-            tx.q.clear();
-            tx.off = 0;
+            tx.clear();
             return Err(());
         }
         let complete = n as usize == offered;
         let mut n = n as usize;
         while n > 0 {
             let Some(front) = tx.q.front() else { break };
-            let rest = front.len() - tx.off;
+            let rest = front.bytes.len() - tx.off;
             if n >= rest {
                 n -= rest;
-                tx.q.pop_front();
-                tx.off = 0;
+                tx.pop();
             } else {
                 tx.off += n;
                 n = 0;
@@ -751,7 +953,7 @@ impl TcpLink {
         self.flush(&mut tx)?;
         let drained = tx.q.is_empty();
         if !drained || matches!(self.role, Role::Inbound) {
-            self.want_out(&mut tx);
+            self.rearm(&mut tx);
         }
         // Drained outbound: EPOLLOUT stays registered until `settle`, after the owner had
         // its chance to transmit more (usually refilling the socket at once).
@@ -761,7 +963,7 @@ impl TcpLink {
     /// Brings the EPOLLOUT registration up to date.
     fn settle(&self) {
         let mut tx = lock(&self.tx);
-        self.want_out(&mut tx);
+        self.rearm(&mut tx);
     }
 
     /// Starts or ends a read pass's cork. Ending it with `hold`: leave small queued
@@ -772,7 +974,7 @@ impl TcpLink {
         if on || tx.connecting || tx.q.is_empty() {
             return Ok(());
         }
-        if hold && !tx.want_out && tx.q.iter().map(|f| f.len()).sum::<usize>() <= HOLD_MAX {
+        if hold && !tx.want_out && tx.q.iter().map(|f| f.bytes.len()).sum::<usize>() <= HOLD_MAX {
             if !tx.held {
                 tx.held = true;
                 lock(&self.shared.held).push(self.clone());
@@ -794,7 +996,7 @@ impl TcpLink {
             return Ok(());
         }
         let r = self.flush(&mut tx);
-        self.want_out(&mut tx);
+        self.rearm(&mut tx);
         r
     }
 
@@ -851,6 +1053,10 @@ impl TcpLink {
             // Dispatch every complete frame in the buffer.
             let mut pending = 0usize;
             loop {
+                if self.paused() {
+                    // The rest waits here (and in the socket) for `Engine::resume_links`.
+                    return Ok(got);
+                }
                 let Rx { buf, start, direct, bulk } = &mut *rx;
                 let avail = &buf[*start..];
                 match decode(avail) {
@@ -1095,7 +1301,8 @@ impl Link for TcpLink {
         let mut tx = lock(&self.tx);
         // Write now unless earlier bytes wait for room (EPOLLOUT then sends these too).
         let writable = tx.q.is_empty() || tx.held;
-        tx.q.push_back(frame);
+        let class = Class::of(&frame);
+        tx.push(frame, class);
         if !tx.connecting && !tx.corked && writable {
             if self.flush(&mut tx).is_err() {
                 // The engine sees the broken socket and reports the link down.
@@ -1105,7 +1312,7 @@ impl Link for TcpLink {
             }
             tx.held = false;
         }
-        self.want_out(&mut tx);
+        self.rearm(&mut tx);
     }
 
     fn send_parts(&self, parts: &[&[u8]]) {
@@ -1140,9 +1347,9 @@ impl Link for TcpLink {
                 rest.extend_from_slice(&p[skip..]);
                 skip = 0;
             }
-            tx.q.push_back(rest);
+            tx.push(rest, parts.first().map_or(Class::Request, |h| Class::of(h)));
         }
-        self.want_out(&mut tx);
+        self.rearm(&mut tx);
     }
 
     fn backlog(&self) -> bool {
@@ -1178,5 +1385,73 @@ impl Link for TcpLink {
 
     fn listener(&self) -> Option<SocketAddr> {
         self.listener
+    }
+
+    fn congested(&self) -> bool {
+        self.pause.load(Ordering::SeqCst) & PAUSE_OUT != 0
+    }
+
+    fn parked(&self, bytes: usize, park: bool) {
+        let mut tx = lock(&self.tx);
+        if park {
+            tx.parked += 1;
+            tx.parked_bytes += bytes;
+        } else {
+            tx.parked = tx.parked.saturating_sub(1);
+            tx.parked_bytes = tx.parked_bytes.saturating_sub(bytes);
+        }
+        self.rearm(&mut tx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(op: Op) -> Vec<u8> {
+        Header::new(op).frame(&[])
+    }
+
+    #[test]
+    fn queued_responses_pause_with_hysteresis() {
+        let mut tx = Tx::new(false);
+        tx.push(frame(Op::Send), Class::of(&frame(Op::Send)));
+        for _ in 0..OUT_RD_HIGH {
+            tx.push(frame(Op::ReadResp), Class::of(&frame(Op::ReadResp)));
+        }
+        // Our own request does not count; as many READ responses as a requester may have
+        // outstanding do not pause.
+        assert_eq!((tx.resps, tx.rd_resps), (OUT_RD_HIGH, OUT_RD_HIGH));
+        assert!(!tx.out_over());
+        tx.push(frame(Op::AtomicResp), Class::of(&frame(Op::AtomicResp)));
+        assert!(tx.out_over());
+        tx.out_paused = true;
+        tx.pop(); // the request
+        while tx.rd_resps > OUT_RD_HIGH / 2 {
+            assert!(tx.out_over(), "resumed at {} READ responses", tx.rd_resps);
+            tx.pop();
+        }
+        assert!(!tx.out_over());
+        tx.clear();
+        assert_eq!((tx.resps, tx.rd_resps), (0, 0));
+    }
+
+    #[test]
+    fn acks_and_parked_requests_pause_beyond_what_a_send_queue_holds() {
+        let mut tx = Tx::new(false);
+        for _ in 0..OUT_RESP_HIGH {
+            tx.push(Vec::new(), Class::of(&frame(Op::Ack)));
+        }
+        assert!(!tx.out_over());
+        tx.push(Vec::new(), Class::of(&frame(Op::Ack)));
+        assert!(tx.out_over());
+        tx.parked = PARK_MAX_REQS;
+        tx.parked_bytes = PARK_MAX_BYTES;
+        assert!(!tx.parked_over(), "one whole maximum message, or a full send queue, may park");
+        tx.parked_bytes += 1;
+        assert!(tx.parked_over());
+        tx.parked_bytes = 0;
+        tx.parked += 1;
+        assert!(tx.parked_over());
     }
 }

@@ -305,6 +305,11 @@ pub fn decode_header(buf: &[u8]) -> Result<Header, DecodeError> {
     Ok(h)
 }
 
+/// The opcode of an encoded frame (or of its header), if it names one.
+pub fn op_of(frame: &[u8]) -> Option<Op> {
+    frame.get(3).copied().and_then(Op::from_u8)
+}
+
 /// Decodes the frame at the start of `buf`. On success returns the header and the total
 /// frame length (header + payload); the payload is `buf[HDR_LEN..total]`.
 pub fn decode(buf: &[u8]) -> Result<(Header, usize), DecodeError> {

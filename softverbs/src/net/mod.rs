@@ -39,6 +39,16 @@ pub trait Link: Send + Sync {
     /// ends of a stream see the same one, so both QPs of a pair that opened a stream each
     /// agree which of the two to keep (`requester::prefer_peer_link`).
     fn listener(&self) -> Option<SocketAddr>;
+    /// The local QP's responder parked one of this link's requests (`park`: it waits for
+    /// RTR or a receive) with `bytes` of payload, or no longer holds it. Over TCP a request
+    /// may be neither dropped (nothing would retransmit it) nor buffered without limit, so
+    /// the transport stops reading a link whose parked requests exceed a bound until they
+    /// drain.
+    fn parked(&self, bytes: usize, park: bool);
+    /// More of this link's responses wait for the peer to read them than a requester that
+    /// honours its limits can leave: the responder runs none of its parked requests until
+    /// the transport resumes the link (`responder::resume`).
+    fn congested(&self) -> bool;
 }
 
 /// One context's endpoint.

@@ -58,11 +58,27 @@ pub struct SendWqe {
 }
 
 /// A request parked at the responder (arrived before RTR, or waiting for a receive).
+/// Its link counts it from [`Parked::new`] until it is dropped (`Link::parked`), so every
+/// way out of the queue (executed, NAKed, its link down, the QP in ERR, reset or
+/// destroyed) lets a link paused for it resume.
 pub struct Parked {
     pub h: Header,
     pub payload: Vec<u8>,
     pub link: Arc<dyn Link>,
     pub deadline: Option<std::time::Instant>,
+}
+
+impl Parked {
+    pub fn new(h: Header, payload: Vec<u8>, link: Arc<dyn Link>) -> Parked {
+        link.parked(payload.len(), true);
+        Parked { h, payload, link, deadline: None }
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.link.parked(self.payload.len(), false);
+    }
 }
 
 pub struct QpState {

@@ -8,6 +8,11 @@
 //! of the QP's PD whose rkey, bounds and access flags allow it (and the QP's own
 //! `qp_access_flags`); otherwise a NAK (`IBV_WC_REM_ACCESS_ERR` at the requester) and
 //! nothing is touched. After a NAK, later requests on that link are dropped.
+//!
+//! Unlike an RNIC, which drops what it cannot take and lets the requester retry, a request
+//! that waits here is kept (nothing over TCP would retransmit it); its link counts it while
+//! it waits (`Parked`), and the engine stops reading a link whose parked requests exceed a
+//! bound until they drain.
 
 use super::{Parked, Qp, QpState};
 use crate::core::cq::wc;
@@ -66,12 +71,11 @@ pub fn on_request(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: &[u8]
     if st.inbound.is_empty() && serving(&st) {
         // Nothing parked ahead of it: execute straight from the receive buffer.
         if let Step::Park = step(qp, &mut st, h, payload, link, false) {
-            let p = Parked { h: *h, payload: payload.to_vec(), link: link.clone(), deadline: None };
-            park_front(qp, &mut st, p);
+            park_front(qp, &mut st, Parked::new(*h, payload.to_vec(), link.clone()));
         }
         return;
     }
-    st.inbound.push_back(Parked { h: *h, payload: payload.to_vec(), link: link.clone(), deadline: None });
+    st.inbound.push_back(Parked::new(*h, payload.to_vec(), link.clone()));
     drain(qp, &mut st);
 }
 
@@ -296,10 +300,15 @@ fn park_front(qp: &Qp, st: &mut QpState, mut p: Parked) {
     st.inbound.push_front(p);
 }
 
-/// Executes parked requests while possible.
+/// Executes parked requests while possible: not while the link of the next one is
+/// congested (its peer does not read the responses; requests parked before RTR or behind
+/// an RNR wait could otherwise answer with any number of READ responses at once).
 pub fn drain(qp: &Qp, st: &mut QpState) {
     loop {
         if !serving(st) {
+            return;
+        }
+        if st.inbound.front().is_some_and(|p| p.link.congested() && !p.link.is_dead()) {
             return;
         }
         let Some(p) = st.inbound.pop_front() else { return };
@@ -393,7 +402,7 @@ pub fn finish_direct(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, ok: bool) {
                 unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec()
             })
             .unwrap_or_default();
-            st.inbound.push_back(Parked { h: *h, payload, link: link.clone(), deadline: None });
+            st.inbound.push_back(Parked::new(*h, payload, link.clone()));
             drain(qp, &mut st);
             return;
         };
@@ -426,11 +435,19 @@ pub fn tick(ctx: &Arc<crate::core::context::Context>) {
     }
 }
 
-/// An inbound link went away: drop its parked requests.
+/// An inbound link went away: drop its parked requests (the rest may run now, if they
+/// waited behind a congested one).
 pub fn on_link_down(qp: &Arc<Qp>, link: &Arc<dyn Link>) {
     let mut st = lock(&qp.st);
     forget_link(qp, &mut st, link);
     let w = Arc::downgrade(link);
     st.in_links.retain(|x| !x.ptr_eq(&w) && x.strong_count() > 0);
     st.nakked.retain(|x| !x.ptr_eq(&w) && x.strong_count() > 0);
+    drain(qp, &mut st);
+}
+
+/// A link is no longer congested (`Link::congested`): run what waited for it.
+pub fn resume(qp: &Qp) {
+    let mut st = lock(&qp.st);
+    drain(qp, &mut st);
 }

@@ -1,6 +1,7 @@
 /* softverbs behaviour tests: verbs + the CM hook only, two contexts in one process over
  * the loopback. Prints PASS/FAIL per test and "N passed, M failed". */
 #include <dirent.h>
+#include <malloc.h>
 #include "harness.h"
 #include <arpa/inet.h>
 #include <poll.h>
@@ -1147,6 +1148,258 @@ static int t_threads(void)
 	return 0;
 }
 
+/* Heap in use (every malloc arena), KiB: unlike the resident size, blind to memory that
+ * was freed and is reused. */
+static long heap_kib(void)
+{
+	struct mallinfo2 m = mallinfo2();
+	return (long)((m.uordblks + m.hblkhd) / 1024);
+}
+
+/* valgrind replaces malloc (mallinfo2 then sees nothing): memory bounds are checked by the
+ * native run. */
+static int under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+	return p && strstr(p, "vgpreload");
+}
+
+/* Heap growth since `from` (KiB) once it stopped (no 1 MiB more in 0.5 s; at most 20 s). */
+static long heap_grown_settled(long from)
+{
+	long last = heap_kib();
+	double still = now_s(), end = still + 20;
+	while (now_s() < end && now_s() - still < 0.5) {
+		usleep(50000);
+		long h = heap_kib();
+		if (h > last + 1024) { last = h; still = now_s(); }
+	}
+	return heap_kib() - from;
+}
+
+/* Two connected RC endpoints (rnr_retry 7) whose send queue and CQs hold `depth` WRs. */
+static int deep_pair(struct ep *a, struct ep *b, size_t alen, size_t blen, int depth)
+{
+	struct ep *e[2] = { a, b };
+	size_t len[2] = { alen, blen };
+	for (int k = 0; k < 2; k++) {
+		if (ep_init(e[k], IBV_QPT_RC, RW, len[k], NULL)) return -1;
+		ibv_destroy_qp(e[k]->qp);
+		ibv_destroy_cq(e[k]->cq);
+		e[k]->cq = ibv_create_cq(e[k]->ctx, 2 * depth, e[k], NULL, 0);
+		struct ibv_qp_init_attr ia = { .send_cq = e[k]->cq, .recv_cq = e[k]->cq,
+			.cap = { .max_send_wr = depth, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC };
+		e[k]->qp = e[k]->cq ? ibv_create_qp(e[k]->pd, &ia) : NULL;
+		if (!e[k]->qp) return -1;
+	}
+	if (publish(a, b) || publish(b, a)) return -2;
+	if (to_init(a, RW) || to_init(b, RW)) return -3;
+	if (to_rtr(a, b, 12) || to_rtr(b, a, 12)) return -4;
+	if (to_rts(a, 7) || to_rts(b, 7)) return -5;
+	return 0;
+}
+
+#define PB_MSG (256 * 1024)
+#define PB_N 1024 /* 256 MiB: four times what a link may park */
+
+/* Where SEND i takes its data: every 8 KiB step of `pattern` holds other bytes. */
+static size_t pb_off(int i)
+{
+	return (size_t)(i % 128) * 8192;
+}
+
+/* Posts SENDs [from, to) of PB_MSG bytes, imm = their index. */
+static int pb_sends(struct ep *a, int from, int to)
+{
+	for (int i = from; i < to; i++)
+		CHECK(!post_send_op(a, i, IBV_WR_SEND_WITH_IMM, pb_off(i), PB_MSG, 0, 0, htonl(i), 0), "send %d", i);
+	return 0;
+}
+
+static int t_rnr_parked_bounded(void)
+{
+	/* a sends 256 MiB to b, which has no receive posted (rnr_retry 7: every SEND waits
+	 * at b). b parks at most about 64 MiB of them and stops reading the link; as receives
+	 * come, every message arrives intact and in order and every send completes. Then b's
+	 * QP is destroyed while its link is stopped: a's sends fail, nothing hangs or spins. */
+	static struct ibv_wc wc[PB_N];
+	struct ep a, b;
+	CHECK(!deep_pair(&a, &b, 2 << 20, 32 * (size_t)PB_MSG, PB_N), "setup");
+	pattern(a.buf, a.len, 9);
+	long heap0 = heap_kib();
+	CHECK(!pb_sends(&a, 0, PB_N), "sends");
+	long grown = heap_grown_settled(heap0) / 1024;
+	CHECK(grown < 96 || under_valgrind(), "b holds %ld MiB of the 256 MiB sent to it without a receive (parks 64 MiB)", grown);
+	CHECK(ibv_poll_cq(a.cq, 1, wc) == 0, "no send completes without a receive");
+	for (int i = 0; i < PB_N; i += 32) {
+		for (int k = 0; k < 32; k++)
+			CHECK(!post_recv(&b, i + k, (size_t)k * PB_MSG, PB_MSG), "recv %d", i + k);
+		CHECK(poll_n(b.cq, wc, 32) == 32, "receives %d..%d", i, i + 31);
+		for (int k = 0; k < 32; k++) {
+			int n = i + k;
+			CHECK(wc[k].status == IBV_WC_SUCCESS && wc[k].wr_id == (uint64_t)n && wc[k].byte_len == PB_MSG &&
+			      ntohl(wc[k].imm_data) == (uint32_t)n, "message %d: status %d wr_id %lu imm %u", n,
+			      wc[k].status, (unsigned long)wc[k].wr_id, ntohl(wc[k].imm_data));
+			CHECK(!memcmp(b.buf + (size_t)k * PB_MSG, a.buf + pb_off(n), PB_MSG), "message %d intact", n);
+		}
+	}
+	CHECK(poll_n(a.cq, wc, PB_N) == PB_N, "every send completes");
+	for (int i = 0; i < PB_N; i++)
+		CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == (uint64_t)i, "send %d: %d", i, wc[i].status);
+	/* stopped again (128 MiB sent: 64 MiB parked, the rest waits in the sockets), then the
+	 * QP goes */
+	heap0 = heap_kib();
+	CHECK(!pb_sends(&a, 0, PB_N / 2), "sends 2");
+	grown = heap_grown_settled(heap0) / 1024;
+	CHECK(grown < 96 || under_valgrind(), "b holds %ld MiB of 128 MiB", grown);
+	CHECK(!ibv_destroy_qp(b.qp), "destroy b's QP");
+	b.qp = NULL;
+	CHECK(poll_n(a.cq, wc, PB_N / 2) == PB_N / 2, "a's sends complete once b's QP is gone");
+	for (int i = 0; i < PB_N / 2; i++)
+		CHECK(wc[i].status != IBV_WC_SUCCESS, "send %d to a destroyed QP: %d", i, wc[i].status);
+	usleep(50000);
+	double c0 = cpu_s(), t0 = now_s();
+	usleep(300000);
+	double used = (cpu_s() - c0) / (now_s() - t0);
+	CHECK(used < 0.05, "process uses %.1f%% CPU after the destroy", used * 100);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	v = htonl(v);
+	memcpy(p, &v, 4);
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	put32(p, (uint32_t)(v >> 32));
+	put32(p + 4, (uint32_t)v);
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return ntohl(v);
+}
+
+/* A frame header of the soft wire format (src/net/frame.rs). */
+static void put_hdr(unsigned char *h, int op, uint32_t dst, uint32_t src, uint32_t psn, uint32_t rkey,
+		    uint64_t raddr, uint64_t aux)
+{
+	memset(h, 0, 96);
+	h[0] = 0x53; h[1] = 0x56; h[2] = 1; h[3] = (unsigned char)op;
+	put32(h + 8, dst);
+	put32(h + 12, src);
+	put32(h + 16, psn);
+	put32(h + 24, rkey);
+	put64(h + 32, raddr);
+	put64(h + 40, aux);
+}
+
+#define RD_LEN (128 * 1024)
+#define RD_N 1024 /* 128 MiB of READ responses */
+#define OP_HELLO 1
+#define OP_READ 4
+#define OP_READ_RESP 8
+
+static size_t rd_off(int i)
+{
+	return (size_t)(i % 7) * 8192;
+}
+
+/* Writes what the socket takes of [*sent, len). */
+static void write_some(int fd, const unsigned char *p, size_t len, size_t *sent)
+{
+	while (*sent < len) {
+		ssize_t n = write(fd, p + *sent, len - *sent);
+		if (n <= 0) return;
+		*sent += (size_t)n;
+	}
+}
+
+/* A peer posing as a's QP asks b for RD_N READs of RD_LEN bytes and reads nothing: b stops
+ * serving its requests once more responses wait than a requester may have outstanding,
+ * instead of queueing 128 MiB; when the peer reads, every response arrives, in order and
+ * intact. `before_rtr`: the READs arrive while b's QP is in INIT, wait there, and all
+ * become runnable at once when it reaches RTR. */
+static int read_flood(int before_rtr)
+{
+	struct ep a, b;
+	if (before_rtr) {
+		CHECK(!ep_init(&a, IBV_QPT_RC, RW, 1 << 20, NULL) && !ep_init(&b, IBV_QPT_RC, RW, 1 << 20, NULL), "setup");
+		CHECK(!to_init(&b, RW), "b to INIT");
+	} else {
+		CHECK(!rc_pair_len(&a, &b, 1 << 20), "setup");
+	}
+	pattern(b.buf, b.len, 5);
+	struct sockaddr_storage ss;
+	CHECK(!cm_ops()->qp_endpoint(b.qp, NULL, &ss), "endpoint");
+	socklen_t sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	int t = socket(ss.ss_family, SOCK_STREAM, 0);
+	int small = 64 * 1024;
+	CHECK(t >= 0 && !setsockopt(t, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), "socket");
+	CHECK(!connect(t, (struct sockaddr *)&ss, sl), "connect");
+	CHECK(!fcntl(t, F_SETFL, fcntl(t, F_GETFL) | O_NONBLOCK), "nonblocking");
+	/* posing as a's QP: a Hello, then the READs */
+	size_t reqlen = 96 * (size_t)(RD_N + 1), sent = 0;
+	unsigned char *req = malloc(reqlen), *resp = malloc(96 + RD_LEN);
+	uint32_t aq = a.qp->qp_num, bq = b.qp->qp_num;
+	put_hdr(req, OP_HELLO, bq, aq, 0, 0, 0, 0);
+	for (int i = 0; i < RD_N; i++)
+		put_hdr(req + 96 * (size_t)(i + 1), OP_READ, bq, aq, (uint32_t)i, b.mr->rkey,
+			(uintptr_t)b.buf + rd_off(i), RD_LEN);
+	long heap0 = heap_kib();
+	write_some(t, req, reqlen, &sent);
+	if (before_rtr) {
+		heap_grown_settled(heap0); /* b parks them */
+		CHECK(!to_rtr(&b, &a, 12), "b to RTR");
+	}
+	long grown = heap_grown_settled(heap0) / 1024;
+	CHECK(grown < 16 || under_valgrind(), "%ld MiB of READ responses queued for a peer that reads none", grown);
+	/* now the peer reads (and sends what did not fit yet) */
+	size_t have = 0;
+	int i = 0;
+	double end = now_s() + 30;
+	while (i < RD_N && now_s() < end) {
+		struct pollfd pf = { .fd = t, .events = POLLIN | (sent < reqlen ? POLLOUT : 0) };
+		poll(&pf, 1, 1000);
+		write_some(t, req, reqlen, &sent);
+		ssize_t n = read(t, resp + have, 96 + RD_LEN - have);
+		CHECK(n != 0, "b closed the stream after %d responses", i);
+		if (n < 0) continue;
+		have += (size_t)n;
+		if (have < 96 + RD_LEN) continue;
+		CHECK(resp[3] == OP_READ_RESP && resp[6] == 0 && get32(resp + 8) == aq && get32(resp + 12) == bq &&
+		      get32(resp + 16) == (uint32_t)i && get32(resp + 56) == RD_LEN, "response %d: op %d syndrome %d psn %u",
+		      i, resp[3], resp[6], get32(resp + 16));
+		CHECK(!memcmp(resp + 96, b.buf + rd_off(i), RD_LEN), "response %d intact", i);
+		have = 0;
+		i++;
+	}
+	CHECK(i == RD_N, "%d of %d READ responses arrived", i, RD_N);
+	close(t);
+	free(req);
+	free(resp);
+	ep_fini(&a);
+	ep_fini(&b);
+	return 0;
+}
+
+static int t_read_unread_bounded(void)
+{
+	return read_flood(0);
+}
+
+static int t_read_parked_unread_bounded(void)
+{
+	return read_flood(1);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1173,6 +1426,9 @@ int main(void)
 	RUN(t_poll_then_idle);
 	RUN(t_idle_no_spin);
 	RUN(t_threads);
+	RUN(t_rnr_parked_bounded);
+	RUN(t_read_unread_bounded);
+	RUN(t_read_parked_unread_bounded);
 	printf("verbs_test: %d passed, %d failed\n", g_pass, g_fail);
 	return g_fail != 0;
 }
