@@ -30,6 +30,8 @@ pub const RS_OLAP_START_SIZE: usize = 2048;
 /// An inline payload split across the caller's buffers is gathered on the stack up to
 /// this size (a contiguous one goes from the caller's buffer as it is).
 const STACK_INLINE: usize = 512;
+/// Completions taken per CQ poll.
+const WC_BATCH: usize = 32;
 /// The SGEs of one write: at most two (a staged copy wraps around the send ring
 /// once). Held inline: a send must not allocate.
 pub struct Sges {
@@ -637,15 +639,21 @@ impl Conn {
 
     /// Returns receive space and credits to the peer when due (rsocket.md §4
     /// "Credit/buffer return"). `open`: the connection may still carry messages.
+    #[inline]
     pub fn update_credits(&mut self, open: bool) {
-        if !open {
-            return;
-        }
+        // Runs after every CQ poll (busy loops included): the common "nothing due" stays inline.
         let half = self.rbuf_size / 2;
-        let due = self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0;
+        if open && (self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0) {
+            self.send_credits();
+        }
+    }
+
+    #[inline(never)]
+    fn send_credits(&mut self) {
+        let half = self.rbuf_size / 2;
         let advert = self.rbuf_avail >= half;
         let need = if advert && self.msg_send { 2 } else { 1 };
-        if !due || !self.ctrl_ok(need) || self.remote_sgl.length == 0 {
+        if !self.ctrl_ok(need) || self.remote_sgl.length == 0 {
             return;
         }
         let credit = msg(OP_SGL, self.rseq_no as u32 + self.rq_size);
@@ -696,17 +704,25 @@ impl Conn {
 
     /// Polls the CQ dry: queues received data, applies credits and control
     /// messages, returns send resources, reposts receives.
+    #[inline]
     pub fn process_cq(&mut self) -> Result<Found> {
-        let mut f = Found::default();
-        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 32];
+        // Busy loops poll an empty CQ constantly: that case stays inline.
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); WC_BATCH];
+        let got = self.cq.poll(&mut wcs)?;
+        if got.is_empty() {
+            return Ok(Found::default());
+        }
+        self.process_wcs(got)
+    }
+
+    /// Handles `first` (a non-empty poll) and what later polls return.
+    #[inline(never)]
+    fn process_wcs(&mut self, first: &[ibv_wc]) -> Result<Found> {
+        let mut f = Found { any: true, ..Found::default() };
+        let mut more = [std::mem::MaybeUninit::<ibv_wc>::uninit(); WC_BATCH];
+        let mut got = first;
         let mut reposts = 0;
         loop {
-            let got = self.cq.poll(&mut wcs)?;
-            let n = got.len();
-            if n == 0 {
-                break;
-            }
-            f.any = true;
             for wc in got {
                 if wc.wr_id & WR_RECV != 0 {
                     if wc.status != IBV_WC_SUCCESS {
@@ -742,7 +758,11 @@ impl Conn {
                     }
                 }
             }
-            if n < wcs.len() {
+            if got.len() < WC_BATCH {
+                break;
+            }
+            got = self.cq.poll(&mut more)?;
+            if got.is_empty() {
                 break;
             }
         }

@@ -500,16 +500,21 @@ impl Stream {
                 continue;
             }
             let mut fds = Vec::with_capacity(3);
-            self.prepare(&mut st, &mut fds);
+            self.arm(&mut st, &mut fds);
+            // Completions that came before the CQ was armed raise no event: look again.
             self.progress(&mut st);
             if ready(&st) || st.phase == Phase::Closed {
-                self.finish(&mut st, None);
                 continue;
             }
             let mut slice = cfg.wake_up_interval_ms;
             if let Some(d) = deadline {
                 slice = slice.min(d.saturating_duration_since(Instant::now()).as_millis() as i32 + 1);
             }
+            // Counted only now, under the lock held since that look: a change made
+            // by another thread after it raises the wake flag, and the progress
+            // above did not raise it for this thread itself (a write and a read
+            // of the flag, and a poll that returns at once, on every such race).
+            st.waiters += 1;
             drop(st);
             // SAFETY: a live pollfd array.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
@@ -528,8 +533,13 @@ impl Stream {
     /// Adds the fds a sleeper on this rsocket polls (arming the CQ) and
     /// counts it as a waiter; `finish` undoes it after the sleep.
     pub fn prepare(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
-        let ev = libc::POLLIN;
         st.waiters += 1;
+        self.arm(st, fds);
+    }
+
+    /// Adds the fds a sleeper on this rsocket polls, arming the CQ.
+    fn arm(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
+        let ev = libc::POLLIN;
         fds.push(libc::pollfd { fd: self.wake.raw(), events: ev, revents: 0 });
         if st.phase == Phase::Listening {
             if let Some(l) = st.listen.as_ref() {
@@ -815,7 +825,7 @@ impl Stream {
         let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
         loop {
             self.progress(&mut st);
-            if let Some(c) = st.conn.as_mut() {
+            if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
                 got += c.copy_out(dst, peek);
                 if got > 0 && !peek {
                     let open = st.phase == Phase::Open;
