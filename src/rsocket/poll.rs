@@ -22,23 +22,44 @@ impl Sock {
     }
 
     /// Adds what a sleeper on this rsocket polls; `finish` after the sleep.
-    pub fn prepare(&self, fds: &mut Vec<libc::pollfd>) {
+    /// `count`: count the sleeper now; otherwise `count_if` does, after the
+    /// caller's last look (a datagram rsocket always counts it now).
+    pub fn prepare(&self, fds: &mut Vec<libc::pollfd>, count: bool) -> bool {
         match self {
             Sock::Stream(s) => {
                 let mut st = s.lock();
-                s.prepare(&mut st, fds);
+                if count {
+                    s.prepare(&mut st, fds);
+                } else {
+                    s.arm(&mut st, fds);
+                }
+                count
             }
-            Sock::Dgram(d) => d.prepare(fds),
+            Sock::Dgram(d) => {
+                d.prepare(fds);
+                true
+            }
         }
     }
 
-    /// `polled`: this rsocket's entries after the poll(2) (None: no sleep).
-    pub fn finish(&self, polled: Option<&[libc::pollfd]>) {
+    /// Counts the sleeper unless the state changed since generation `gen`
+    /// was read (false: look again instead of sleeping).
+    fn count_if(&self, gen: u64) -> bool {
         match self {
-            Sock::Stream(s) => {
+            Sock::Stream(s) => s.count_waiter(gen),
+            Sock::Dgram(_) => true,
+        }
+    }
+
+    /// `polled`: this rsocket's entries after the poll(2) (None: no sleep);
+    /// `counted`: whether this sleeper was counted.
+    pub fn finish(&self, counted: bool, polled: Option<&[libc::pollfd]>) {
+        match self {
+            Sock::Stream(s) if counted => {
                 let mut st = s.lock();
                 s.finish(&mut st, polled);
             }
+            Sock::Stream(_) => {}
             Sock::Dgram(d) => d.finish(polled),
         }
     }
@@ -75,7 +96,8 @@ impl Spin {
 /// an early return cannot leave a rsocket counting a sleeper that left).
 pub struct Sleep<'a> {
     fds: Vec<libc::pollfd>,
-    socks: Vec<(&'a Sock, usize)>,
+    /// Each rsocket, where its entries start, and whether it counts this sleeper.
+    socks: Vec<(&'a Sock, usize, bool)>,
     finished: bool,
 }
 
@@ -90,9 +112,35 @@ impl<'a> Sleep<'a> {
         Sleep { fds, socks: Vec::new(), finished: false }
     }
 
+    /// Adds `s`, counting this sleeper at once.
     pub fn add(&mut self, s: &'a Sock) {
-        self.socks.push((s, self.fds.len()));
-        s.prepare(&mut self.fds);
+        let start = self.fds.len();
+        let counted = s.prepare(&mut self.fds, true);
+        self.socks.push((s, start, counted));
+    }
+
+    /// Adds `s` (its CQ armed) without counting this sleeper yet: the look the
+    /// caller takes next may change it, and a counted sleeper would then be
+    /// woken by its own change. `count` after that look.
+    pub fn arm(&mut self, s: &'a Sock) {
+        let start = self.fds.len();
+        let counted = s.prepare(&mut self.fds, false);
+        self.socks.push((s, start, counted));
+    }
+
+    /// Counts this sleeper on every rsocket `arm` added, each if its state is
+    /// still at the generation that look read (`gens`, in the order added);
+    /// false when one changed: do not sleep, look again.
+    pub fn count(&mut self, gens: &[u64]) -> bool {
+        for ((s, _, counted), &gen) in self.socks.iter_mut().zip(gens) {
+            if !*counted {
+                if !s.count_if(gen) {
+                    return false;
+                }
+                *counted = true;
+            }
+        }
+        true
     }
 
     /// Sleeps in poll(2) for at most `ms`; returns its result and errno.
@@ -107,19 +155,29 @@ impl<'a> Sleep<'a> {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        for (i, &(s, start)) in self.socks.iter().enumerate() {
+        for (i, &(s, start, counted)) in self.socks.iter().enumerate() {
             let end = self.socks.get(i + 1).map_or(self.fds.len(), |n| n.1);
-            s.finish(slept.then(|| &self.fds[start..end]));
+            s.finish(counted, slept.then(|| &self.fds[start..end]));
         }
     }
 }
 
-/// One non-blocking pass; returns how many entries have events.
-fn scan(fds: &mut [libc::pollfd], socks: &[Option<Sock>], plain: &mut Vec<libc::pollfd>, idx: &[usize]) -> Result<i32> {
+/// One non-blocking pass; returns how many entries have events. `gens` gets
+/// the state generation each rsocket was read at, in order.
+fn scan(
+    fds: &mut [libc::pollfd],
+    socks: &[Option<Sock>],
+    plain: &mut Vec<libc::pollfd>,
+    idx: &[usize],
+    gens: &mut Vec<u64>,
+) -> Result<i32> {
     let mut n = 0;
+    gens.clear();
     for (p, s) in fds.iter_mut().zip(socks) {
         if let Some(s) = s {
-            p.revents = s.revents(p.events).0;
+            let (r, gen) = s.revents(p.events);
+            p.revents = r;
+            gens.push(gen);
             if p.revents != 0 {
                 n += 1;
             }
@@ -157,8 +215,9 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
         p.revents = 0;
     }
     let mut spin = Spin::new(cfg.polling_time_us);
+    let mut gens = Vec::with_capacity(socks.len());
     loop {
-        let n = scan(fds, &socks, &mut plain, &idx)?;
+        let n = scan(fds, &socks, &mut plain, &idx, &mut gens)?;
         if n > 0 || timeout == 0 {
             return Ok(n);
         }
@@ -167,12 +226,17 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
         }
         let mut wait = Sleep::new(plain.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect());
         for s in socks.iter().flatten() {
-            wait.add(s);
+            wait.arm(s);
         }
-        let n = scan(fds, &socks, &mut plain, &idx)?;
+        // Completions that came before the CQs were armed raise no event: look again.
+        let n = scan(fds, &socks, &mut plain, &idx, &mut gens)?;
         if n > 0 {
             wait.finish(false);
             return Ok(n);
+        }
+        if !wait.count(&gens) {
+            wait.finish(false);
+            continue;
         }
         let mut slice = cfg.wake_up_interval_ms;
         if let Some(d) = deadline {
@@ -185,7 +249,7 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
             return Err(err);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return scan(fds, &socks, &mut plain, &idx);
+            return scan(fds, &socks, &mut plain, &idx, &mut gens);
         }
     }
 }

@@ -537,8 +537,19 @@ impl Stream {
         self.arm(st, fds);
     }
 
+    /// Counts a sleeper that armed with `arm`, unless the state changed since
+    /// it read generation `gen` (false: it must look again, not sleep).
+    pub fn count_waiter(&self, gen: u64) -> bool {
+        let mut st = self.lock();
+        if st.gen != gen {
+            return false;
+        }
+        st.waiters += 1;
+        true
+    }
+
     /// Adds the fds a sleeper on this rsocket polls, arming the CQ.
-    fn arm(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
+    pub fn arm(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
         let ev = libc::POLLIN;
         fds.push(libc::pollfd { fd: self.wake.raw(), events: ev, revents: 0 });
         if st.phase == Phase::Listening {
