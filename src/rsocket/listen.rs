@@ -86,6 +86,6 @@ fn accept_pending(l: &Arc<Stream>) {
         }
     }
     if added {
-        l.notify(&st);
+        l.notify(&mut st);
     }
 }

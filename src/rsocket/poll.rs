@@ -13,10 +13,7 @@ impl Sock {
     /// Readiness and the state generation it was read at.
     pub fn revents(&self, events: i16) -> (i16, u64) {
         match self {
-            Sock::Stream(s) => {
-                let r = s.revents(events);
-                (r, s.gen())
-            }
+            Sock::Stream(s) => s.revents(events),
             Sock::Dgram(d) => d.revents(events),
         }
     }

@@ -78,6 +78,8 @@ pub struct St {
     pub conn: Option<Conn>,
     pub listen: Option<Listen>,
     pub waiters: u32,
+    /// Whether `wake` is raised (it is raised and lowered under this lock).
+    pub wake_up: bool,
     /// Threads in `cond.wait_timeout` (raccept).
     cond_waiters: u32,
     /// The CM channel had an event at the last sleep (read it at the next progress).
@@ -427,6 +429,7 @@ impl Stream {
                 conn: None,
                 listen: None,
                 waiters: 0,
+                wake_up: false,
                 cond_waiters: 0,
                 cm_pending: true,
                 last_cm_check: Instant::now(),
@@ -450,9 +453,14 @@ impl Stream {
         }
     }
 
-    pub fn notify(&self, st: &St) {
-        if st.waiters > 0 {
+    /// Tells sleepers that the state changed: a new generation (rpoll counts
+    /// itself only on an unchanged one) and the wake flag if anyone sleeps.
+    pub fn notify(&self, st: &mut St) {
+        st.gen += 1;
+        if st.waiters > 0 && !st.wake_up {
+            // Under the lock, as is lowering it: one write per change, none while up.
             self.wake.raise();
+            st.wake_up = true;
         }
         // A notify is a futex syscall even with nobody waiting, and this runs on
         // every receive: only raccept sleeps on the condition variable.
@@ -541,7 +549,9 @@ impl Stream {
     /// it read generation `gen` (false: it must look again, not sleep).
     pub fn count_waiter(&self, gen: u64) -> bool {
         let mut st = self.lock();
-        if st.gen != gen {
+        // Another sleeper's finish may have read the event of the arming this
+        // sleeper relied on: then arm again (and look again) first.
+        if st.gen != gen || st.conn.as_ref().is_some_and(|c| !c.cq.armed()) {
             return false;
         }
         st.waiters += 1;
@@ -574,8 +584,8 @@ impl Stream {
     /// finds no completion event): each costs a syscall on every sleep.
     pub fn finish(&self, st: &mut St, polled: Option<&[libc::pollfd]>) {
         st.waiters = st.waiters.saturating_sub(1);
-        if st.waiters == 0 {
-            self.wake.lower();
+        if st.waiters == 0 && std::mem::take(&mut st.wake_up) {
+            self.wake.lower_raised();
         }
         if let Some(c) = st.conn.as_mut() {
             c.cq.after_sleep(polled);
@@ -654,7 +664,7 @@ impl Stream {
         }
         let nonblock = st.nonblock;
         let r = st.do_connect();
-        self.notify(&st);
+        self.notify(&mut st);
         match r {
             Ok(()) => Ok(()),
             Err(e) if e.0 == libc::EINPROGRESS && nonblock => Err(e),
@@ -843,7 +853,7 @@ impl Stream {
                     if let Some(c) = st.conn.as_mut() {
                         c.update_credits(open);
                     }
-                    self.notify(&st);
+                    self.notify(&mut st);
                 }
             }
             if dst.room == 0 || (got > 0 && !waitall) {
@@ -923,7 +933,7 @@ impl Stream {
             None
         };
         st.gen += 1;
-        self.notify(&st);
+        self.notify(&mut st);
         let deadline = Instant::now() + Duration::from_millis(2000);
         if let Some(ctrl) = ctrl {
             let r = self.wait(st, false, Some(deadline), |s| {
@@ -954,7 +964,7 @@ impl Stream {
             }
         }
         st.gen += 1;
-        self.notify(&st);
+        self.notify(&mut st);
         st
     }
 
@@ -976,7 +986,7 @@ impl Stream {
         let id = st.id.take();
         st.phase = Phase::Closed;
         st.gen += 1;
-        self.notify(&st);
+        self.notify(&mut st);
         drop(st);
         super::keepalive::unregister(self);
         if let Some(l) = listen {
@@ -1025,7 +1035,9 @@ impl Stream {
     // ---- readiness ----
 
     /// rpoll's view of this rsocket (after non-blocking progress).
-    pub fn revents(&self, events: i16) -> i16 {
+    /// Readiness, and the state generation it was read at (under one lock: a
+    /// change after it shows in the generation, so rpoll does not sleep on it).
+    pub fn revents(&self, events: i16) -> (i16, u64) {
         let mut st = self.lock();
         self.progress(&mut st);
         let mut r: i16 = 0;
@@ -1051,11 +1063,7 @@ impl Stream {
             Phase::Closed => r |= libc::POLLNVAL,
             _ => {}
         }
-        r & (events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL)
-    }
-
-    pub fn gen(&self) -> u64 {
-        self.lock().gen
+        (r & (events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL), st.gen)
     }
 
     pub fn with_st<R>(&self, f: impl FnOnce(&mut St) -> R) -> R {

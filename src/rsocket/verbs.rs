@@ -124,6 +124,11 @@ impl Cq {
         Ok(unsafe { std::slice::from_raw_parts(wc.as_ptr().cast(), n) })
     }
 
+    /// Whether an event is requested and not read yet.
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
     /// Requests an event for the next completion (once per event).
     pub fn arm(&mut self) -> Result<()> {
         if self.armed {

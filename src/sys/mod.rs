@@ -2,17 +2,13 @@
 //! event flag and an epoll set.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use common::errno::{cerr, set_errno, Errno, Result};
 
 /// An eventfd used as a level-triggered "something is queued" flag: `poll()`
-/// reports it readable exactly while it is raised. `up` mirrors the eventfd so
-/// that raising a raised flag or lowering a lowered one costs no syscall
-/// (sleepers lower their wake-up flag after every sleep).
+/// reports it readable exactly while it is raised.
 pub struct Flag {
     fd: OwnedFd,
-    up: AtomicBool,
 }
 
 impl Flag {
@@ -20,7 +16,7 @@ impl Flag {
         // SAFETY: plain syscall; the result is checked before use.
         let fd = cerr(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
         // SAFETY: fd was just returned by eventfd and is owned by nobody else.
-        Ok(Flag { fd: unsafe { OwnedFd::from_raw_fd(fd) }, up: AtomicBool::new(false) })
+        Ok(Flag { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
     pub fn raw(&self) -> i32 {
@@ -28,24 +24,28 @@ impl Flag {
     }
 
     pub fn raise(&self) {
-        if self.up.swap(true, Ordering::SeqCst) {
-            return;
-        }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
         unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
     }
 
-    /// A `raise` racing with this one may not have written yet: on a blocking fd the
-    /// read waits the moment it takes. The one flag an application can make
-    /// non-blocking (a channel's) is raised and lowered under its queue's lock.
-    pub fn lower(&self) {
-        if !self.up.swap(false, Ordering::SeqCst) {
-            return;
-        }
+    /// Lowers a flag the caller knows is raised (its raise and this run under
+    /// one lock): one read, no poll.
+    pub fn lower_raised(&self) {
         let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our own eventfd.
+        // SAFETY: reads 8 bytes into a live u64 from our own eventfd (non-zero: no wait).
         unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    pub fn lower(&self) {
+        // The fd stays blocking (the app decides that), so only read when raised.
+        let mut pfd = libc::pollfd { fd: self.raw(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live pollfd, zero timeout.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } == 1 {
+            let mut v: u64 = 0;
+            // SAFETY: reads 8 bytes into a live u64 from our own eventfd.
+            unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+        }
     }
 
 }
