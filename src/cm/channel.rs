@@ -71,7 +71,7 @@ impl Channel {
     pub fn with_source(source: Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
         let flag = OnceLock::new();
         if source.is_none() {
-            let _ = flag.set(Flag::new()?);
+            let _ = flag.set(Flag::public()?);
         }
         Ok(Arc::new(Channel { flag, source, queue: Mutex::new(VecDeque::new()), source_empty: AtomicBool::new(true) }))
     }

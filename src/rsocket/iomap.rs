@@ -115,7 +115,9 @@ impl Stream {
             done += n;
             olen = (olen * 2).min(RS_MAX_TRANSFER);
         }
-        st.last_send = std::time::Instant::now();
+        if st.opts.keepalive {
+            st.last_send = std::time::Instant::now();
+        }
         self.progress(&mut st);
         Ok(done)
     }

@@ -453,10 +453,10 @@ impl Stream {
         }
     }
 
-    /// Tells sleepers that the state changed: a new generation (rpoll counts
-    /// itself only on an unchanged one) and the wake flag if anyone sleeps.
+    /// Tells sleepers that the state changed: the wake flag, if anyone sleeps.
+    /// A change of readiness also bumps `gen` (rpoll counts itself only on an
+    /// unchanged generation; repoll's edges are generations), where it is made.
     pub fn notify(&self, st: &mut St) {
-        st.gen += 1;
         if st.waiters > 0 && !st.wake_up {
             // Under the lock, as is lowering it: one write per change, none while up.
             self.wake.raise();
@@ -585,7 +585,7 @@ impl Stream {
     pub fn finish(&self, st: &mut St, polled: Option<&[libc::pollfd]>) {
         st.waiters = st.waiters.saturating_sub(1);
         if st.waiters == 0 && std::mem::take(&mut st.wake_up) {
-            self.wake.lower_raised();
+            self.wake.lower();
         }
         if let Some(c) = st.conn.as_mut() {
             c.cq.after_sleep(polled);
@@ -664,6 +664,7 @@ impl Stream {
         }
         let nonblock = st.nonblock;
         let r = st.do_connect();
+        st.gen += 1; // Init/Bound left: what a sleeper polls changes
         self.notify(&mut st);
         match r {
             Ok(()) => Ok(()),
@@ -852,6 +853,9 @@ impl Stream {
                     let open = st.phase == Phase::Open;
                     if let Some(c) = st.conn.as_mut() {
                         c.update_credits(open);
+                    }
+                    if !st.have_data() && st.phase != Phase::Open {
+                        st.gen += 1; // the last data of a closed connection is read: POLLHUP now
                     }
                     self.notify(&mut st);
                 }

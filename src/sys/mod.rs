@@ -9,14 +9,28 @@ pub use common::errno::{cerr, set_errno, Errno, Result};
 /// reports it readable exactly while it is raised.
 pub struct Flag {
     fd: OwnedFd,
+    /// Ours alone, so non-blocking: lowering is one read, raised or not.
+    private: bool,
 }
 
 impl Flag {
+    /// A flag only the library reads.
     pub fn new() -> Result<Flag> {
+        Self::create(true)
+    }
+
+    /// A flag that is an application's fd (a channel's): it stays blocking,
+    /// as the application may rely on, so lowering polls before it reads.
+    pub fn public() -> Result<Flag> {
+        Self::create(false)
+    }
+
+    fn create(private: bool) -> Result<Flag> {
+        let flags = libc::EFD_CLOEXEC | if private { libc::EFD_NONBLOCK } else { 0 };
         // SAFETY: plain syscall; the result is checked before use.
-        let fd = cerr(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+        let fd = cerr(unsafe { libc::eventfd(0, flags) })?;
         // SAFETY: fd was just returned by eventfd and is owned by nobody else.
-        Ok(Flag { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Flag { fd: unsafe { OwnedFd::from_raw_fd(fd) }, private })
     }
 
     pub fn raw(&self) -> i32 {
@@ -29,25 +43,24 @@ impl Flag {
         unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Lowers a flag the caller knows is raised (its raise and this run under
-    /// one lock): one read, no poll.
-    pub fn lower_raised(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our own eventfd (non-zero: no wait).
-        unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
-    }
-
     pub fn lower(&self) {
-        // The fd stays blocking (the app decides that), so only read when raised.
+        if self.private {
+            self.read();
+            return;
+        }
+        // A blocking fd: only read when raised.
         let mut pfd = libc::pollfd { fd: self.raw(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one live pollfd, zero timeout.
         if unsafe { libc::poll(&mut pfd, 1, 0) } == 1 {
-            let mut v: u64 = 0;
-            // SAFETY: reads 8 bytes into a live u64 from our own eventfd.
-            unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+            self.read();
         }
     }
 
+    fn read(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our own eventfd.
+        unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+    }
 }
 
 /// Whether O_NONBLOCK is set on `fd`.
