@@ -90,7 +90,8 @@ impl EventBox {
             private: [0; MAX_PRIVATE_DATA],
             owner: p.owner,
         });
-        let n = p.private.len().min(MAX_PRIVATE_DATA);
+        // The length field is a u8: a longer payload from any backend is cut, not wrapped.
+        let n = p.private.len().min(MAX_PRIVATE_DATA).min(u8::MAX as usize);
         b.private[..n].copy_from_slice(&p.private[..n]);
         if n > 0 {
             let data = b.private.as_ptr().cast();
