@@ -699,17 +699,29 @@ fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, endpoint: Option<SocketAdd
 /// (a client resends for 4 s; a few per second of clients are covered).
 const SIDR_SEEN: usize = 64;
 
-/// Whether this SIDR request is new to the listener (else a retransmission).
+/// Whether this SIDR request is new to the listener. A retransmission is
+/// dropped only while its request is still unanswered (its new id waits for
+/// the application): once answered, a copy means the reply was lost, and it
+/// is taken as a new request so that the client gets a reply.
 fn first_sidr_copy(l: &SoftId, from: SocketAddr, tid: u64) -> bool {
-    let mut st = l.st();
-    if st.sidr_seen.contains(&(from, tid)) {
+    let same = |e: &(SocketAddr, u64, std::sync::Weak<SoftId>)| (e.0, e.1) == (from, tid);
+    let child = l.st().sidr_seen.iter().find(|e| same(e)).map(|e| e.2.clone());
+    let Some(child) = child else { return true };
+    // The child's lock is not taken under the listener's.
+    if child.upgrade().is_some_and(|c| c.st().phase == Phase::ReqRcvd) {
         return false;
     }
+    l.st().sidr_seen.retain(|e| !same(e));
+    true
+}
+
+/// Remembers a SIDR request and its new id (see `first_sidr_copy`).
+fn remember_sidr(l: &SoftId, from: SocketAddr, tid: u64, child: &Arc<SoftId>) {
+    let mut st = l.st();
     if st.sidr_seen.len() == SIDR_SEEN {
         st.sidr_seen.pop_front();
     }
-    st.sidr_seen.push_back((from, tid));
-    true
+    st.sidr_seen.push_back((from, tid, Arc::downgrade(child)));
 }
 
 /// A datagram on a SIDR socket: a request at a listener, a reply at a client.
@@ -740,6 +752,7 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
                 st.peer.tid = m.tid;
                 st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
             }
+            remember_sidr(s, from, m.tid, &child);
             let mut p = s.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, Param::zeroed());
             p.id = child.core.ptr();
             p.listen_id = s.core.ptr();

@@ -89,10 +89,10 @@ pub struct St {
     pub dead: bool,
     /// The CM connection ended without a goodbye (the peer died).
     pub peer_lost: bool,
-    /// A listener's latest SIDR requests (client address, transaction id):
-    /// a client retransmits until answered, and each copy must not make
-    /// another CONNECT_REQUEST (the IB CM drops duplicates too).
-    pub sidr_seen: std::collections::VecDeque<(SocketAddr, u64)>,
+    /// A listener's latest SIDR requests (client address, transaction id,
+    /// the new id): a client retransmits until answered, and a copy must not
+    /// make another CONNECT_REQUEST while the first is unanswered.
+    pub sidr_seen: std::collections::VecDeque<(SocketAddr, u64, std::sync::Weak<SoftId>)>,
 }
 
 pub struct Mcast {
