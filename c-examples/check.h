@@ -143,26 +143,6 @@ static inline void watchdog_handler(int sig)
 	_exit(1);
 }
 
-static inline void watchdog(unsigned int seconds)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = watchdog_handler;
-	sigaction(SIGALRM, &sa, NULL);
-	alarm(seconds);
-}
-
-/* ---- signals that interrupt a blocked call (EINTR checks) ---------- */
-
-static volatile sig_atomic_t check_signals; /* how many check_count_signal caught */
-
-static inline void check_count_signal(int sig)
-{
-	(void)sig;
-	check_signals++;
-}
-
 /* Installs fn for sig with sa_flags = flags (SA_RESTART or 0). */
 static inline void check_handle(int sig, void (*fn)(int), int flags)
 {
@@ -177,6 +157,24 @@ static inline void check_handle(int sig, void (*fn)(int), int flags)
 	}
 }
 
+/* SA_RESTART: the handler exits, so it never interrupts a call it returns to,
+ * and a program checking EINTR rules counts it as restarting. */
+static inline void watchdog(unsigned int seconds)
+{
+	check_handle(SIGALRM, watchdog_handler, SA_RESTART);
+	alarm(seconds);
+}
+
+/* ---- signals that interrupt a blocked call (EINTR checks) ---------- */
+
+static volatile sig_atomic_t check_signals; /* how many check_count_signal caught */
+
+static inline void check_count_signal(int sig)
+{
+	(void)sig;
+	check_signals++;
+}
+
 /* A thread that, 200 ms in, sends SIGUSR1 to `target` and, 400 ms later,
  * runs `then(arg)` (if set): what ends the blocked call with SA_RESTART. */
 struct check_poke {
@@ -188,13 +186,11 @@ struct check_poke {
 static inline void *check_poke_main(void *arg)
 {
 	struct check_poke *p = arg;
-	struct timespec d = { 0, 200 * 1000 * 1000 };
 
-	nanosleep(&d, NULL);
+	sleep_ms(200);
 	pthread_kill(p->target, SIGUSR1);
 	if (p->then) {
-		d.tv_nsec = 400 * 1000 * 1000;
-		nanosleep(&d, NULL);
+		sleep_ms(400);
 		p->then(p->arg);
 	}
 	return NULL;

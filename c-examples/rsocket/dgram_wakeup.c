@@ -34,7 +34,7 @@ int main(int argc, char **argv)
 	CHECK(rbind(x, (struct sockaddr *)&a, sizeof(a)) == 0 && rbind(y, (struct sockaddr *)&b, sizeof(b)) == 0,
 	      "both bound", "%s", strerror(errno));
 	CHECK(pthread_create(&t, NULL, receiver, NULL) == 0, "a thread sleeps in rrecvfrom", "no thread");
-	usleep(300 * 1000);
+	sleep_ms(300);
 	CHECK(rsendto(x, "ping", 4, 0, (struct sockaddr *)&b, sizeof(b)) == 4,
 	      "the main thread sends from the same rsocket (its first QP)", "%s", strerror(errno));
 	n = rrecvfrom(y, buf, sizeof(buf), 0, (struct sockaddr *)&from, &len);
