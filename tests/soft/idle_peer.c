@@ -6,45 +6,32 @@
  *       sleeps until killed.
  * Nothing is sent on the connection: only the CM can notice that the peer's
  * host went away. */
-#include <errno.h>
-#include <netdb.h>
-#include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <rdma/rdma_cma.h>
+#include "dev.h" /* c-examples: fatal, dev_wait, now_ms */
 
 static struct rdma_event_channel *ch;
 
 static void die(const char *what)
 {
-	printf("FAIL %s: %s\n", what, strerror(errno));
-	exit(1);
+	fatal("%s: %s", what, strerror(errno));
 }
 
-/* The next event, waiting at most ms (NULL on timeout). */
+/* The next event within ms, or NULL (a timeout). */
 static struct rdma_cm_event *next(int ms)
 {
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 	struct rdma_cm_event *ev;
+	int r = dev_wait(ch, ms, &ev);
 
-	if (poll(&p, 1, ms) != 1)
-		return NULL;
-	if (rdma_get_cm_event(ch, &ev))
+	if (r < 0)
 		die("rdma_get_cm_event");
-	return ev;
+	return r ? NULL : ev;
 }
 
 static struct rdma_cm_event *expect(enum rdma_cm_event_type t, int ms)
 {
 	struct rdma_cm_event *ev = next(ms);
 
-	if (!ev || ev->event != t) {
-		printf("FAIL wanted %s, got %s\n", rdma_event_str(t), ev ? rdma_event_str(ev->event) : "nothing");
-		exit(1);
-	}
+	if (!ev || ev->event != t)
+		fatal("wanted %s, got %s", rdma_event_str(t), ev ? rdma_event_str(ev->event) : "nothing");
 	return ev;
 }
 
@@ -62,7 +49,7 @@ int main(int argc, char **argv)
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_event *ev;
 	struct rdma_cm_id *id, *conn;
-	struct timespec t0, t1;
+	long long t0;
 	int server;
 
 	if (argc < 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
@@ -88,10 +75,9 @@ int main(int argc, char **argv)
 			die("rdma_accept");
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 30000));
 		printf("established\n");
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = now_ms();
 		ev = next(atoi(argv[4]) * 1000);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		printf("%s after %ld s\n", ev ? rdma_event_str(ev->event) : "no event", (long)(t1.tv_sec - t0.tv_sec));
+		printf("%s after %lld s\n", ev ? rdma_event_str(ev->event) : "no event", (now_ms() - t0) / 1000);
 		return !(ev && ev->event == RDMA_CM_EVENT_DISCONNECTED);
 	}
 	if (rdma_resolve_addr(id, NULL, ai->ai_dst_addr, 2000))

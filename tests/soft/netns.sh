@@ -41,7 +41,7 @@ else echo "FAIL netns dev_unreachable"; tail -n 20 "$out/unreachable.log"; fail=
 # A host that vanishes from an idle connection: its link goes down, then its
 # process dies (no FIN or RST gets through). Only the CM's TCP keepalive can
 # notice; the survivor must get DISCONNECTED (about 25 s; 60 s allowed).
-if cc -Wall -Wextra -Werror -O1 -Iinclude -o "$out/idle_peer" tests/soft/idle_peer.c -Lbuild/lib -lrdmacm -libverbs \
+if cc -Wall -Wextra -Werror -O1 -Iinclude -Ic-examples -o "$out/idle_peer" tests/soft/idle_peer.c -Lbuild/lib -lrdmacm -libverbs \
 	-Wl,-rpath-link,build/lib > "$out/idle_peer.build" 2>&1; then
 	ip netns exec "$a" timeout 90 "$L" "$out/idle_peer" server $S 7475 60 > "$out/vanish.server.log" 2>&1 &
 	spid=$!
