@@ -1146,20 +1146,23 @@ impl TcpLink {
         }
     }
 
+    /// Whether a frame of kind `op` may come now: an accepted connection
+    /// starts with its Hello, and a Hello comes only there.
+    fn admits(&self, op: Op) -> bool {
+        let awaiting_hello = matches!(self.role, Role::Inbound) && self.hello_qp.get().is_none();
+        (op == Op::Hello) == awaiting_hello
+    }
+
+    /// Whether the frame whose header starts `avail` may be gathered: one the
+    /// link does not admit is refused at its header, before its payload (up to
+    /// the largest frame) is buffered.
+    fn may_buffer(&self, avail: &[u8]) -> bool {
+        super::frame::decode_header(avail).is_ok_and(|h| self.admits(h.op))
+    }
+
     /// A WRITE frame whose header is here but whose payload is not (all) yet: if the
     /// responder may execute it right now, start placing its payload straight into the
     /// target memory (copying what `avail` already holds).
-    /// Whether the frame whose header starts `avail` may be gathered: an
-    /// accepted connection must start with its Hello, so a first frame of
-    /// another kind is refused at its header, before its payload (up to the
-    /// largest frame) is buffered.
-    fn may_buffer(&self, avail: &[u8]) -> bool {
-        if !matches!(self.role, Role::Inbound) || self.hello_qp.get().is_some() {
-            return true;
-        }
-        super::frame::decode_header(avail).is_ok_and(|h| h.op == Op::Hello)
-    }
-
     fn try_direct(self: &Arc<Self>, avail: &[u8]) -> Option<Direct> {
         let h = super::frame::decode_header(avail).ok()?;
         if h.op != Op::Write || h.payload_len < DIRECT_MIN {
@@ -1256,12 +1259,10 @@ impl TcpLink {
 
     fn dispatch(self: &Arc<Self>, ctx: &Arc<Context>, h: &Header, payload: &[u8]) -> bool {
         let me: Arc<dyn Link> = self.clone();
-        let inbound = matches!(self.role, Role::Inbound);
+        if !self.admits(h.op) {
+            return false;
+        }
         if h.op == Op::Hello {
-            // Only as the first frame of an accepted connection.
-            if !inbound || self.hello_qp.get().is_some() {
-                return false;
-            }
             let qp = ctx.find_qp(h.dst_qpn);
             self.peer_qpn.store(h.src_qpn, Ordering::SeqCst);
             let _ = self.hello_qp.set(qp.as_ref().map(Arc::downgrade).unwrap_or_default());
@@ -1269,9 +1270,6 @@ impl TcpLink {
                 responder::on_hello(&qp, &me, h);
             }
             return true;
-        }
-        if inbound && self.hello_qp.get().is_none() {
-            return false; // an accepted connection starts with its Hello
         }
         // Requests go to the local QP's responder, responses to its requester (which
         // accepts them only on its own `out` link).

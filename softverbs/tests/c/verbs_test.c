@@ -655,6 +655,39 @@ static int t_hook_layout(void)
 	return 0;
 }
 
+static void put32(unsigned char *p, uint32_t v)
+{
+	v = htonl(v);
+	memcpy(p, &v, 4);
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	put32(p, (uint32_t)(v >> 32));
+	put32(p + 4, (uint32_t)v);
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return ntohl(v);
+}
+
+/* A frame header of the soft wire format (src/net/frame.rs). */
+static void put_hdr(unsigned char *h, int op, uint32_t dst, uint32_t src, uint32_t psn, uint32_t rkey,
+		    uint64_t raddr, uint64_t aux)
+{
+	memset(h, 0, 96);
+	h[0] = 0x53; h[1] = 0x56; h[2] = 1; h[3] = (unsigned char)op;
+	put32(h + 8, dst);
+	put32(h + 12, src);
+	put32(h + 16, psn);
+	put32(h + 24, rkey);
+	put64(h + 32, raddr);
+	put64(h + 40, aux);
+}
+
 static int t_garbage_frames(void)
 {
 	/* random bytes at a live endpoint (UDP and TCP) are dropped; the context keeps working */
@@ -685,10 +718,9 @@ static int t_garbage_frames(void)
 	/* an accepted stream must start with its Hello: a first frame of another kind (a SEND
 	 * announcing 8 MiB) is refused at its header, before any payload is buffered */
 	{
-		unsigned char h[96] = { 0x53, 0x56, 1, 2 };
-		uint32_t qpn = htonl(b.qp->qp_num), plen = htonl(8u << 20);
-		memcpy(h + 8, &qpn, 4);
-		memcpy(h + 56, &plen, 4);
+		unsigned char h[96];
+		put_hdr(h, 2 /* SEND */, b.qp->qp_num, 0, 0, 0, 0, 0);
+		put32(h + 56, 8u << 20); /* payload length */
 		int t = socket(ss.ss_family, SOCK_STREAM, 0);
 		CHECK(!connect(t, (struct sockaddr *)&ss, len), "tcp connect");
 		CHECK(write(t, h, sizeof(h)) == (ssize_t)sizeof(h), "a SEND header as the first frame");
@@ -757,11 +789,7 @@ static int rc_pair_len(struct ep *a, struct ep *b, size_t len)
 {
 	if (ep_init(a, IBV_QPT_RC, RW, len, NULL) || ep_init(b, IBV_QPT_RC, RW, len, NULL))
 		return -1;
-	if (publish(a, b) || publish(b, a)) return -2;
-	if (to_init(a, RW) || to_init(b, RW)) return -3;
-	if (to_rtr(a, b, 12) || to_rtr(b, a, 12)) return -4;
-	if (to_rts(a, 7) || to_rts(b, 7)) return -5;
-	return 0;
+	return rc_connect(a, b, RW, 7, 12);
 }
 
 static void pattern(char *p, size_t n, unsigned seed)
@@ -1195,11 +1223,7 @@ static int deep_pair(struct ep *a, struct ep *b, size_t alen, size_t blen, int d
 		e[k]->qp = e[k]->cq ? ibv_create_qp(e[k]->pd, &ia) : NULL;
 		if (!e[k]->qp) return -1;
 	}
-	if (publish(a, b) || publish(b, a)) return -2;
-	if (to_init(a, RW) || to_init(b, RW)) return -3;
-	if (to_rtr(a, b, 12) || to_rtr(b, a, 12)) return -4;
-	if (to_rts(a, 7) || to_rts(b, 7)) return -5;
-	return 0;
+	return rc_connect(a, b, RW, 7, 12);
 }
 
 #define PB_MSG (256 * 1024)
@@ -1269,39 +1293,6 @@ static int t_rnr_parked_bounded(void)
 	ep_fini(&a);
 	ep_fini(&b);
 	return 0;
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	v = htonl(v);
-	memcpy(p, &v, 4);
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return ntohl(v);
-}
-
-/* A frame header of the soft wire format (src/net/frame.rs). */
-static void put_hdr(unsigned char *h, int op, uint32_t dst, uint32_t src, uint32_t psn, uint32_t rkey,
-		    uint64_t raddr, uint64_t aux)
-{
-	memset(h, 0, 96);
-	h[0] = 0x53; h[1] = 0x56; h[2] = 1; h[3] = (unsigned char)op;
-	put32(h + 8, dst);
-	put32(h + 12, src);
-	put32(h + 16, psn);
-	put32(h + 24, rkey);
-	put64(h + 32, raddr);
-	put64(h + 40, aux);
 }
 
 #define RD_LEN (128 * 1024)
