@@ -6,6 +6,7 @@
 //! application through its own UD QP. Once the address handle is known,
 //! datagrams go over UD behind a `ds_header` naming the sender's UDP address.
 
+use common::sock::from_bytes;
 use super::cm::{self, Id};
 use super::config::*;
 use super::iov::{Gather, Scatter};
@@ -18,7 +19,7 @@ use crate::verbs::ibv_query_gid;
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
 
@@ -96,29 +97,6 @@ fn canon(a: SocketAddr) -> SocketAddr {
 
 fn canon_ip(ip: IpAddr) -> IpAddr {
     canon(SocketAddr::new(ip, 0)).ip()
-}
-
-pub fn sockaddr_from(b: &[u8]) -> Result<SocketAddr> {
-    let fam = u16::from_ne_bytes([b[0], b[1]]) as i32;
-    // SAFETY: super::addr_arg checked the length for the family.
-    unsafe {
-        match fam {
-            libc::AF_INET if b.len() >= 16 => {
-                let s = std::ptr::read_unaligned(b.as_ptr() as *const libc::sockaddr_in);
-                Ok(SocketAddr::V4(SocketAddrV4::new(u32::from_be(s.sin_addr.s_addr).into(), u16::from_be(s.sin_port))))
-            }
-            libc::AF_INET6 if b.len() >= 28 => {
-                let s = std::ptr::read_unaligned(b.as_ptr() as *const libc::sockaddr_in6);
-                Ok(SocketAddr::V6(SocketAddrV6::new(
-                    s.sin6_addr.s6_addr.into(),
-                    u16::from_be(s.sin6_port),
-                    u32::from_be(s.sin6_flowinfo),
-                    s.sin6_scope_id,
-                )))
-            }
-            _ => Err(Errno(libc::EAFNOSUPPORT)),
-        }
-    }
 }
 
 /// A socket address as C bytes in `domain`'s family (v4-mapped for AF_INET6).
@@ -346,7 +324,7 @@ impl DSt {
     }
 
     fn local_addr(&self) -> Result<SocketAddr> {
-        Ok(canon(sockaddr_from(&common::sock::local_name(self.udp_fd()?)?)?))
+        Ok(canon(common::sock::local_addr(self.udp_fd()?)?))
     }
 
     /// Binds the UDP socket to the wildcard address when the application did not.
@@ -495,7 +473,7 @@ impl Dgram {
     }
 
     pub fn connect(&self, addr: &[u8]) -> Result<()> {
-        let to = canon(sockaddr_from(addr)?);
+        let to = canon(from_bytes(addr)?);
         let mut st = self.open()?;
         st.ensure_bound(self.domain)?;
         self.dest_of(&mut st, to)?;
@@ -637,7 +615,7 @@ impl Dgram {
         let to = match dest {
             Some(b) => {
                 super::addr_arg(b)?;
-                canon(sockaddr_from(b)?)
+                canon(from_bytes(b)?)
             }
             None => st.conn_dest.ok_or(Errno(libc::EDESTADDRREQ))?,
         };
@@ -794,7 +772,7 @@ impl Dgram {
             }
             // SAFETY: bytes of the filled storage.
             let sb = unsafe { std::slice::from_raw_parts(&ss as *const _ as *const u8, sl as usize) };
-            let Ok(from) = sockaddr_from(sb).map(canon) else { continue };
+            let Ok(from) = from_bytes(sb).map(canon) else { continue };
             if let Some((hdr, hl)) = UdpHdr::decode(&buf[..n as usize]) {
                 self.svc_datagram(hdr, &buf[hl..n as usize], from);
             }

@@ -3,29 +3,9 @@
 //! addresses move between C bytes and `SocketAddr`.
 
 use crate::sys::{Errno, Result};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 
-/// Parses a C socket address (as copied by the boundary) into a `SocketAddr`.
-pub fn from_bytes(b: &[u8]) -> Result<SocketAddr> {
-    if b.len() < 2 {
-        return Err(Errno::EINVAL);
-    }
-    match u16::from_ne_bytes([b[0], b[1]]) as i32 {
-        libc::AF_INET if b.len() >= 16 => {
-            let port = u16::from_be_bytes([b[2], b[3]]);
-            let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
-            Ok(SocketAddr::V4(SocketAddrV4::new(ip, port)))
-        }
-        libc::AF_INET6 if b.len() >= 28 => {
-            let port = u16::from_be_bytes([b[2], b[3]]);
-            let flow = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-            let o: [u8; 16] = b[8..24].try_into().map_err(|_| Errno::EINVAL)?;
-            let scope = u32::from_ne_bytes([b[24], b[25], b[26], b[27]]);
-            Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(o), port, flow, scope)))
-        }
-        _ => Err(Errno(libc::EAFNOSUPPORT)),
-    }
-}
+pub use common::sock::from_bytes;
 
 /// Writes `a` as a C `sockaddr_in`/`sockaddr_in6` into a 128-byte storage area.
 pub fn to_storage(a: &SocketAddr, out: &mut [u8; 128]) {

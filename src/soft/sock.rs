@@ -35,7 +35,7 @@ pub fn bind(addr: &SocketAddr, udp: bool) -> Result<OwnedFd> {
 
 /// The address a socket is bound to.
 pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
-    super::net::from_bytes(&common::sock::local_name(fd.as_raw_fd())?)
+    common::sock::local_addr(fd.as_raw_fd())
 }
 
 pub fn listen(fd: OwnedFd, backlog: i32) -> Result<std::net::TcpListener> {

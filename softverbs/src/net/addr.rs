@@ -1,6 +1,6 @@
 //! `SocketAddr` ⇄ `sockaddr_storage`, with IPv4-mapped IPv6 normalised to IPv4.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// Encodes `addr` for a socket of family `AF_INET6` (`v6 = true`, IPv4 becomes mapped) or
 /// `AF_INET`. Returns None for IPv6 on an IPv4 socket.
@@ -40,28 +40,23 @@ pub fn to_storage(addr: &SocketAddr, v6: bool) -> Option<(libc::sockaddr_storage
 /// # Safety
 /// `sa` must point to at least `len` readable bytes.
 pub unsafe fn from_raw(sa: *const libc::sockaddr, len: libc::socklen_t) -> Option<SocketAddr> {
-    if sa.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
+    if sa.is_null() {
         return None;
     }
-    // SAFETY: caller guarantees len readable bytes; the family field comes first.
-    let fam = unsafe { (*sa).sa_family } as i32;
-    if fam == libc::AF_INET && len as usize >= std::mem::size_of::<libc::sockaddr_in>() {
-        // SAFETY: family and length say this is a sockaddr_in (read unaligned to be safe).
-        let sin = unsafe { std::ptr::read_unaligned(sa as *const libc::sockaddr_in) };
-        let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-        return Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))));
+    // SAFETY: the caller guarantees len readable bytes.
+    let b = unsafe { std::slice::from_raw_parts(sa.cast::<u8>(), len as usize) };
+    common::sock::from_bytes(b).ok().map(unmapped)
+}
+
+/// An IPv4-mapped IPv6 address as IPv4 (the fabric names IPv4 peers so).
+fn unmapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v) => match v.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, v.port())),
+            None => a,
+        },
+        v4 => v4,
     }
-    if fam == libc::AF_INET6 && len as usize >= std::mem::size_of::<libc::sockaddr_in6>() {
-        // SAFETY: family and length say this is a sockaddr_in6.
-        let sin6 = unsafe { std::ptr::read_unaligned(sa as *const libc::sockaddr_in6) };
-        let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-        let port = u16::from_be(sin6.sin6_port);
-        return Some(match ip.to_ipv4_mapped() {
-            Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
-            None => SocketAddr::V6(SocketAddrV6::new(ip, port, sin6.sin6_flowinfo, sin6.sin6_scope_id)),
-        });
-    }
-    None
 }
 
 pub fn with_port(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
@@ -73,7 +68,5 @@ pub fn with_port(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
 
 /// The local address a socket is bound to (getsockname).
 pub fn local_addr(fd: i32) -> Option<SocketAddr> {
-    let b = common::sock::local_name(fd).ok()?;
-    // SAFETY: b holds the len bytes getsockname gave (from_raw reads unaligned).
-    unsafe { from_raw(b.as_ptr().cast(), b.len() as libc::socklen_t) }
+    common::sock::local_addr(fd).ok().map(unmapped)
 }
