@@ -74,7 +74,7 @@ static void one_round(struct dev_pair *p, int initiator)
 	/* once more, on a connection that is over */
 	errno = 0;
 	r = rdma_disconnect(first);
-	printf("%s: rdma_disconnect again after TIMEWAIT_EXIT: ret %d errno %s\n", dev_side_name[initiator], r,
+	printf("%s: rdma_disconnect again once the connection is over: ret %d errno %s\n", dev_side_name[initiator], r,
 	       r ? dev_errno_name(errno) : "0");
 out:
 	dev_seq_print(DEV_ACTIVE);

@@ -286,6 +286,6 @@ fn keepalive(sock: &TcpStream) {
         (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
     ] {
         // SAFETY: setsockopt with a live int on a socket we own.
-        unsafe { libc::setsockopt(fd, level, name, (&val as *const libc::c_int).cast(), 4) };
+        unsafe { libc::setsockopt(fd, level, name, (&val as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
     }
 }
