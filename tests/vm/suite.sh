@@ -34,19 +34,29 @@ XFAIL_WHY="expected-fail (kernel backend not implemented)"
 
 passed=0 failed=0 xfailed=0 skipped=0
 findings=()
+# Every failure again at the end, with its evidence, because CI shows only
+# the tail of the log: "[sec] FAIL ..." then the sub-runner's lines for it.
+failures=()
 say() { echo "$*" | tee -a "$RES/suite.log"; }
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 now() { date +%s.%N; }
 took() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1fs", b-a}'; }
 
 # tally SECTION OURS(0/1) < lines: counts PASS/FAIL/SKIP lines of a sub-runner
+# A failure's evidence: rdmacm-utils-tests.sh prints it before the FAIL line
+# (since its "=== name" line), run.sh/run-device.sh after it ("    | " lines).
 tally() {
-	local sec=$1 ours=$2 line n0=$((passed + failed + xfailed + skipped))
+	local sec=$1 ours=$2 line n0=$((passed + failed + xfailed + skipped)) before=() cur=-1
 	while IFS= read -r line; do
 		echo "$line" >>"$RES/$sec.log"
 		case $line in
-		PASS\ *) passed=$((passed + 1)); say "[$sec] $line" ;;
-		SKIP\ *) skipped=$((skipped + 1)); say "[$sec] $line" ;;
+		"    | "*) ;;
+		*) cur=-1 ;;
+		esac
+		case $line in
+		"=== "*) before=("$line") ;;
+		PASS\ *) passed=$((passed + 1)); say "[$sec] $line"; before=() ;;
+		SKIP\ *) skipped=$((skipped + 1)); say "[$sec] $line"; before=() ;;
 		*"skipped, but our library must never skip"*)
 			# run.sh's rule holds without a device; with one, the no-device
 			# programs (no_device_enodev) rightly skip
@@ -60,8 +70,17 @@ tally() {
 				xfailed=$((xfailed + 1)); say "[$sec] XFAIL ${line#FAIL } -- $XFAIL_WHY"
 			else
 				failed=$((failed + 1)); say "[$sec] $line"
+				cur=${#failures[@]}
+				local ev=("${before[@]}") n=${#before[@]}
+				[ "$n" -gt 24 ] && ev=("${before[@]:n-24}")
+				failures+=("[$sec] $line")
+				[ "$n" -gt 0 ] && failures[cur]+=$(printf '\n    | %s' "${ev[@]}")
+				before=()
 			fi ;;
-		"    | "*) echo "$line" >>"$RES/suite.log" ;;
+		"    | "*)
+			echo "$line" >>"$RES/suite.log"
+			[ "$cur" -ge 0 ] && failures[cur]+=$'\n'"$line" ;;
+		*) before+=("$line") ;;
 		esac
 	done
 	if [ "$((passed + failed + xfailed + skipped))" = "$n0" ]; then
@@ -129,6 +148,10 @@ fi
 if [ ${#findings[@]} -gt 0 ]; then
 	say "Disagreements between Debian's library and ours (${#findings[@]}):"
 	for f in "${findings[@]}"; do say "  $f"; done
+fi
+if [ ${#failures[@]} -gt 0 ]; then
+	say "Failures (${#failures[@]}), with what their runner printed:"
+	for f in "${failures[@]}"; do say "$(head -n 40 <<<"$f")"; done
 fi
 [ "$xfailed" -gt 0 ] && say "$xfailed expected failures (ours; VM_OURS_MUST_PASS=$MUST), $skipped skipped"
 say "$passed passed, $failed failed"
