@@ -1,5 +1,7 @@
 # Shared by the soft-fabric test scripts.
 
+. "$(dirname "${BASH_SOURCE[0]}")/../vm/lib.sh"   # wait_output
+
 # wait_port PORT|- [NETNS]: waits (up to 10 s) until a TCP or UDP port is bound,
 # so a loaded machine does not start a client before its server listens.
 wait_port() {

@@ -11,13 +11,18 @@ pass=0; fail=0; only=("$@")
 
 want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
 
-# pair NAME SERVER_EXITS(1|0) PORT|- "server command" "client command" [check-regex-in-client-output]
+# pair NAME SERVER_EXITS(1|0) PORT|out:TEXT "server command" "client command" [check-regex-in-client-output]
+# The client starts once the server listens on PORT, or once its output has a
+# line with TEXT (mckey's receiver listens on no port: it joins a group).
 pair() {
 	local name=$1 exits=$2 port=$3 srv=$4 cli=$5 check=${6:-}
 	want "$name" || return 0
-	timeout 60 "$L" $srv > "$out/$name.server.log" 2>&1 &
+	timeout 60 stdbuf -oL "$L" $srv > "$out/$name.server.log" 2>&1 &
 	local spid=$!
-	wait_port "$port"
+	case $port in
+	out:*) wait_output "$out/$name.server.log" "${port#out:}" || sleep 1 ;;
+	*) wait_port "$port" ;;
+	esac
 	timeout 60 "$L" $cli > "$out/$name.client.log" 2>&1
 	local crc=$? src=0
 	if [ "$exits" = 1 ]; then
@@ -39,7 +44,7 @@ pair() {
 A=127.0.0.1
 pair rping 1 7301 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
 pair udaddy 1 7174 "udaddy" "udaddy -s $A" "test complete"
-pair mckey 1 - "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
+pair mckey 1 "out:receiving data transfers" "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
 pair ucmatose 1 7303 "ucmatose -p 7303 -c 10" "ucmatose -s $A -p 7303 -c 10" "test complete"
 pair cmtime 0 7304 "cmtime -b $A -p 7304" "cmtime -s $A -p 7304 -c 100" "connect"
 pair rdma_server 1 7305 "rdma_server -p 7305" "rdma_client -s $A -p 7305" "end 0"

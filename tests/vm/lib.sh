@@ -13,3 +13,15 @@ wait_cm_id() {
 }
 
 wait_listen() { wait_cm_id "$1" LISTEN; }
+
+# Waits (up to 15 s) until file $1 has a line containing $2: mckey's receiver
+# says "receiving data transfers" once its join completed; a sender that starts
+# earlier sends into a group nobody receives from yet.
+wait_output() {
+	local i
+	for i in $(seq 150); do
+		grep -q -F "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
