@@ -12,12 +12,13 @@ ok() { echo "PASS $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1"; fail=$((fail+1)); }
 
 # 1. kill -9 the rping client mid-run: the server must notice and exit.
-RDMACM_RS_TRACE=$PWD/$out/kill.trace "$L" rping -s -a 127.0.0.1 -p 7321 -v -C 0 > "$out/kill.server.log" 2>&1 &
+RDMACM_RS_TRACE=$PWD/$out/kill.trace stdbuf -oL "$L" rping -s -a 127.0.0.1 -p 7321 -v -C 0 > "$out/kill.server.log" 2>&1 &
 spid=$!
 wait_port 7321
 "$L" rping -c -a 127.0.0.1 -p 7321 -C 0 > "$out/kill.client.log" 2>&1 &
 cpid=$!
-sleep 1
+# killed only once data flows (a loaded machine may take over a second to connect)
+wait_output "$out/kill.server.log" "ping data" || bad "no ping data reached the rping server within 15 s"
 kill -9 $cpid; wait $cpid 2>/dev/null
 for _ in $(seq 50); do kill -0 $spid 2>/dev/null || break; sleep 0.1; done
 if kill -0 $spid 2>/dev/null; then bad "rping server did not exit within 5 s of its peer's death"; kill -9 $spid
