@@ -129,7 +129,7 @@ fn drop_conn(s: &SoftId) {
 }
 
 pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
-    if s.st().phase != Phase::RouteResolved {
+    if s.phase() != Phase::RouteResolved {
         return Err(Errno::EINVAL);
     }
     if s.is_ud() {
@@ -143,6 +143,8 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     let qpn = if qp.is_null() { p.qp_num } else { unsafe { (*qp).qp_num } };
     let mut st = s.st();
     let (src, dst) = (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?);
+    // Claimed before the REQ is made: of two racing connects one sends.
+    st.phase.step(|p| p == Phase::RouteResolved, Phase::ReqSent).map_err(|_| Errno::EINVAL)?;
     st.responder_resources = cap_rd(p.responder_resources);
     st.initiator_depth = cap_rd(p.initiator_depth);
     st.retry = p.retry_count.min(7);
@@ -165,7 +167,6 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     m.ece_vendor = ece.vendor_id;
     m.ece_options = ece.options;
     m.private = p.private_data;
-    st.phase = Phase::ReqSent;
     drop(st);
     let s2 = s.clone();
     let go = move || {
@@ -181,7 +182,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
                     let mut st = s2.st();
                     // Destroyed (or disconnected) while connecting: its teardown
                     // found no connection to close, so this one goes here.
-                    if st.dead || st.phase != Phase::ReqSent {
+                    if st.dead || st.phase.get() != Phase::ReqSent {
                         drop(st);
                         engine::get().remove(c.token);
                         return;
@@ -192,8 +193,8 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
                     on_eof(&s2, &c);
                 }
             }
-            Err(e) => {
-                s2.st().phase = Phase::Disconnected;
+            // Unless destroyed meanwhile (which moved the phase).
+            Err(e) if s2.transition(|p| p == Phase::ReqSent, Phase::Disconnected).is_ok() => {
                 if e.kind() == std::io::ErrorKind::ConnectionRefused {
                     // Nobody listens on that port: the remote CM rejects the service id.
                     s2.post(RDMA_CM_EVENT_REJECTED, REJ_INVALID_SERVICE_ID as i32, conn_param(&Msg::new(Kind::Rej), false), padded(&[], REJ_DATA), false);
@@ -201,6 +202,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
                     s2.post(RDMA_CM_EVENT_UNREACHABLE, -Errno::from(e).0, Param::zeroed(), Vec::new(), false);
                 }
             }
+            Err(_) => {}
         }
     };
     // The TCP connect (and its retries) happens off the caller's thread:
@@ -228,7 +230,7 @@ fn connect_local(dst: SocketAddr) -> std::io::Result<TcpStream> {
 }
 
 pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
-    if s.st().phase != Phase::ReqRcvd {
+    if s.phase() != Phase::ReqRcvd {
         return Err(Errno::EINVAL);
     }
     if s.is_ud() {
@@ -241,6 +243,10 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
     let qp = s.qp();
     let src = {
         let mut st = s.st();
+        let src = st.src.ok_or(Errno::EINVAL)?;
+        // Claimed before the QP moves: a second accept or a reject of the
+        // same request is refused instead of answering it too.
+        st.phase.step(|p| p == Phase::ReqRcvd, Phase::Answering).map_err(|_| Errno::EINVAL)?;
         if p.responder_resources != 0 && p.responder_resources != 0xff {
             st.responder_resources = cap_rd(p.responder_resources);
         }
@@ -252,7 +258,7 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
         }
         // SAFETY: a live QP of this id.
         st.qp_num = if qp.is_null() { p.qp_num } else { unsafe { (*qp).qp_num } };
-        st.src.ok_or(Errno::EINVAL)?
+        src
     };
     if !qp.is_null() {
         let peer = s.st().peer.clone();
@@ -260,10 +266,19 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
         if let Err(e) = r {
             // SAFETY: the id's live QP (non-NULL, checked above).
             unsafe { crate::qp::to_error(qp) };
+            // Still unanswered: the application may reject it (unless the peer left meanwhile).
+            let _ = s.transition(|p| p == Phase::Answering, Phase::ReqRcvd);
             return Err(e);
         }
     }
     let mut m = Msg::new(Kind::Rep);
+    m.endpoint = qp_endpoint(qp, &src);
+    let ece = s.core.state().local_ece;
+    m.ece_vendor = ece.vendor_id;
+    m.ece_options = ece.options;
+    m.private = p.private_data;
+    m.srq = p.srq;
+    m.flow_control = p.flow_control;
     {
         let mut st = s.st();
         m.qp_num = st.qp_num;
@@ -271,25 +286,25 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
         m.responder_resources = st.responder_resources;
         m.initiator_depth = st.initiator_depth;
         m.rnr_retry_count = st.rnr_retry;
-        m.srq = p.srq;
-        m.flow_control = p.flow_control;
-        st.phase = Phase::RepSent;
+        // RepSent before the REP leaves, as its RTU may come at once. The
+        // peer's EOF (or a destroy) may have ended the request meanwhile.
+        if st.phase.step(|p| p == Phase::Answering, Phase::RepSent).is_err() {
+            drop(st);
+            error_qp(s);
+            return Err(Errno(libc::ENOTCONN));
+        }
     }
-    m.endpoint = qp_endpoint(qp, &src);
-    let ece = s.core.state().local_ece;
-    m.ece_vendor = ece.vendor_id;
-    m.ece_options = ece.options;
-    m.private = p.private_data;
     if let Err(e) = send(s, &m) {
         error_qp(s);
-        s.st().phase = Phase::Disconnected;
+        // No event: the peer's EOF reports it, unless it came first.
+        let _ = s.transition(|p| p == Phase::RepSent, Phase::Disconnected);
         return Err(e);
     }
     Ok(())
 }
 
 pub fn reject(s: &Arc<SoftId>, data: &[u8], reason: u32) -> Result<()> {
-    if s.st().phase != Phase::ReqRcvd {
+    if s.phase() != Phase::ReqRcvd {
         return Err(Errno::EINVAL);
     }
     if s.is_ud() {
@@ -298,60 +313,53 @@ pub fn reject(s: &Arc<SoftId>, data: &[u8], reason: u32) -> Result<()> {
     if data.len() > REJ_DATA {
         return Err(Errno::EINVAL);
     }
+    // Claimed before the REJ leaves: an accept racing it is refused.
+    s.transition(|p| p == Phase::ReqRcvd, Phase::Disconnected).map_err(|_| Errno::EINVAL)?;
     let mut m = Msg::new(Kind::Rej);
     m.status = reason;
     m.private = data.to_vec();
     let r = send(s, &m);
-    s.st().phase = Phase::Disconnected;
     drop_conn(s);
     r
 }
 
 pub fn establish(s: &Arc<SoftId>) -> Result<()> {
-    if s.st().phase != Phase::ConnResponse {
-        return Err(Errno::EINVAL);
-    }
-    s.st().phase = Phase::Connected;
+    // A DREQ or EOF taking the connection down meanwhile wins: no RTU then.
+    s.transition(|p| p == Phase::ConnResponse, Phase::Connected).map_err(|_| Errno::EINVAL)?;
     send(s, &Msg::new(Kind::Rtu))
 }
 
-/// Moves a connected id to `to`, returning the phase it had; checked and set
-/// under one hold of the id's lock, so the application's disconnect and the
-/// peer's DREQ cannot both take a connection down (two DISCONNECTED events).
-fn leave_connected(s: &SoftId, to: Phase) -> Phase {
-    let mut st = s.st();
-    let was = st.phase;
-    if matches!(was, Phase::Connected | Phase::RepSent | Phase::ConnResponse) {
-        st.phase = to;
-    }
-    was
-}
-
 pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
-    let phase = leave_connected(s, Phase::DreqSent);
-    match phase {
-        Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
-            error_qp(s);
-            if send(s, &Msg::new(Kind::Dreq)).is_err() {
-                // The peer is gone already: nothing will answer.
-                finish_disconnect(s, true);
-            }
-        }
-        Phase::DreqRcvd => {
+    // Which of the two moves applies is decided in the same hold as the
+    // move, so the peer's DREQ or EOF cannot slip in between.
+    let moved = {
+        let mut st = s.st();
+        st.phase.step(Phase::is_connected, Phase::DreqSent).or_else(|_| st.phase.step(|p| p == Phase::DreqRcvd, Phase::Disconnected))
+    };
+    match moved {
+        Ok(Phase::DreqRcvd) => {
             error_qp(s);
             let _ = send(s, &Msg::new(Kind::Drep));
-            finish_disconnect(s, false);
+            disconnected(s, false);
+        }
+        Ok(_) => {
+            error_qp(s);
+            // The peer is gone already: nothing will answer. Its EOF may
+            // have been seen meanwhile, and reported the end itself.
+            if send(s, &Msg::new(Kind::Dreq)).is_err() && s.transition(|p| p == Phase::DreqSent, Phase::Disconnected).is_ok() {
+                disconnected(s, true);
+            }
         }
         // The peer died: the connection is gone already, as is our QP's.
-        Phase::Disconnected if s.st().peer_lost => error_qp(s),
+        Err(Phase::Disconnected) if s.st().peer_lost => error_qp(s),
         // A connection attempt or one that is over: the kernel moves the QP
         // to error and succeeds, though it can send neither DREQ nor DREP
         // then; no event follows, so a synchronous id does not wait for one.
-        Phase::ReqSent | Phase::ReqRcvd | Phase::DreqSent | Phase::Disconnected if !s.is_ud() => {
+        Err(Phase::ReqSent | Phase::ReqRcvd | Phase::Answering | Phase::DreqSent | Phase::Disconnected) if !s.is_ud() => {
             error_qp(s);
             return Ok(());
         }
-        _ => return Err(Errno::EINVAL),
+        Err(_) => return Err(Errno::EINVAL),
     }
     if s.core.is_sync() {
         s.core.complete()?;
@@ -359,8 +367,9 @@ pub fn disconnect(s: &Arc<SoftId>) -> Result<()> {
     Ok(())
 }
 
-fn finish_disconnect(s: &Arc<SoftId>, event: bool) {
-    s.st().phase = Phase::Disconnected;
+/// The rest of the way down, for the thread whose transition to
+/// Disconnected won: close the CM connection, report, start timewait.
+fn disconnected(s: &Arc<SoftId>, event: bool) {
     drop_conn(s);
     if event {
         s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
@@ -400,7 +409,7 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
         }
         IBV_QPS_RTR if ud => IBV_QP_STATE,
         IBV_QPS_RTR => {
-            if !matches!(st.phase, Phase::ReqSent | Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
+            if !matches!(st.phase.get(), Phase::ReqSent | Phase::ReqRcvd | Phase::Answering | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
                 return Err(Errno::EINVAL);
             }
             let src = st.src.ok_or(Errno::EINVAL)?;
@@ -432,7 +441,7 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
             IBV_QP_STATE | IBV_QP_SQ_PSN
         }
         IBV_QPS_RTS => {
-            if !matches!(st.phase, Phase::ReqSent | Phase::ReqRcvd | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
+            if !matches!(st.phase.get(), Phase::ReqSent | Phase::ReqRcvd | Phase::Answering | Phase::RepSent | Phase::ConnResponse | Phase::Connected) {
                 return Err(Errno::EINVAL);
             }
             a.timeout = s.core.state().options.ack_timeout.unwrap_or(14);
@@ -459,7 +468,7 @@ pub fn reject_request(c: &Arc<Conn>, reason: u32) {
 
 pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
     let reject = |reason: u32| reject_request(c, reason);
-    if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.st().phase != Phase::Listening {
+    if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.phase() != Phase::Listening {
         return reject(REJ_INVALID_SERVICE_ID);
     }
     let local = c.sock.local_addr().ok();
@@ -471,7 +480,8 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
     }
     {
         let mut st = child.st();
-        st.phase = Phase::ReqRcvd;
+        // A new id nobody else has yet: this cannot fail.
+        let _ = st.phase.step(|p| p == Phase::Idle, Phase::ReqRcvd);
         st.src = local;
         st.dst = remote;
         st.conn = Some(c.clone());
@@ -505,9 +515,11 @@ fn new_child(l: &Arc<SoftId>) -> Option<Arc<SoftId>> {
     Some(soft_id(&core))
 }
 
+/// A message from the peer. The phase read here only picks the arm: each arm
+/// acts only if its own transition wins (the application may have moved the
+/// id since, or destroyed it).
 pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
-    let phase = s.st().phase;
-    match (m.kind, phase) {
+    match (m.kind, s.phase()) {
         (Kind::Rep, Phase::ReqSent) => {
             {
                 let mut st = s.st();
@@ -527,14 +539,18 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
             let qp = s.qp();
             if qp.is_null() {
                 let _ = add_peer(&peer.gid, peer.qpn, peer.endpoint);
-                s.st().phase = Phase::ConnResponse;
+                if s.transition(|p| p == Phase::ReqSent, Phase::ConnResponse).is_err() {
+                    return;
+                }
                 s.post(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, conn_param(&m, true), data, false);
                 return;
             }
             let r = add_peer(&peer.gid, peer.qpn, peer.endpoint).and_then(|()| modify(s, qp, &[IBV_QPS_RTR, IBV_QPS_RTS]));
             match r {
                 Ok(()) => {
-                    s.st().phase = Phase::Connected;
+                    if s.transition(|p| p == Phase::ReqSent, Phase::Connected).is_err() {
+                        return;
+                    }
                     let _ = send(s, &Msg::new(Kind::Rtu));
                     s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, true), data, false);
                 }
@@ -542,10 +558,12 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                     // SAFETY: the id's live QP, not destroyed while we hold its lock.
                     unsafe { crate::qp::to_error(qp) };
                     drop(qp_guard);
+                    if s.transition(|p| p == Phase::ReqSent, Phase::Disconnected).is_err() {
+                        return;
+                    }
                     let mut rej = Msg::new(Kind::Rej);
                     rej.status = REJ_CONSUMER;
                     let _ = send(s, &rej);
-                    s.st().phase = Phase::Disconnected;
                     drop_conn(s);
                     s.post(RDMA_CM_EVENT_CONNECT_ERROR, -e.0, Param::zeroed(), Vec::new(), false);
                 }
@@ -554,55 +572,71 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
         // ReqSent: the passive side refused. RepSent: the active side could
         // not use our reply (its QP transition failed), as the kernel reports.
         (Kind::Rej, Phase::ReqSent | Phase::RepSent) => {
+            if s.transition(|p| matches!(p, Phase::ReqSent | Phase::RepSent), Phase::Disconnected).is_err() {
+                return;
+            }
             error_qp(s);
-            s.st().phase = Phase::Disconnected;
             drop_conn(s);
             s.post(RDMA_CM_EVENT_REJECTED, m.status as i32, conn_param(&m, false), padded(&m.private, REJ_DATA), false);
         }
+        // A disconnect under way keeps its DreqSent: no ESTABLISHED then.
         (Kind::Rtu, Phase::RepSent) => {
-            s.st().phase = Phase::Connected;
-            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
+            if s.transition(|p| p == Phase::RepSent, Phase::Connected).is_ok() {
+                s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
+            }
         }
-        (Kind::Dreq, _) => match leave_connected(s, Phase::DreqRcvd) {
-            Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
-                s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
+        (Kind::Dreq, _) => {
+            let moved = {
+                let mut st = s.st();
+                st.phase.step(Phase::is_connected, Phase::DreqRcvd).or_else(|_| st.phase.step(|p| p == Phase::DreqSent, Phase::Disconnected))
+            };
+            match moved {
+                Ok(Phase::DreqSent) => {
+                    // Both sides disconnected at once: answer, and we are done.
+                    let _ = send(s, &Msg::new(Kind::Drep));
+                    disconnected(s, true);
+                }
+                Ok(_) => s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false),
+                Err(_) => {}
             }
-            Phase::DreqSent => {
-                // Both sides disconnected at once: answer, and we are done.
-                let _ = send(s, &Msg::new(Kind::Drep));
-                finish_disconnect(s, true);
+        }
+        (Kind::Drep, Phase::DreqSent) => {
+            if s.transition(|p| p == Phase::DreqSent, Phase::Disconnected).is_ok() {
+                disconnected(s, true);
             }
-            _ => {}
-        },
-        (Kind::Drep, Phase::DreqSent) => finish_disconnect(s, true),
+        }
         _ => {}
     }
 }
 
 /// The CM connection closed without a goodbye: the peer died or went away.
+/// Runs on the engine thread, and on a connect thread whose REQ could not be
+/// sent: the move to Disconnected decides which of the two (or of this and
+/// the application's disconnect) reports the end.
 pub fn on_eof(s: &Arc<SoftId>, _c: &Arc<Conn>) {
-    let phase = s.st().phase;
-    s.st().conn = None;
-    if phase != Phase::Disconnected {
-        s.st().peer_lost = true;
-    }
-    match phase {
-        Phase::Connected | Phase::RepSent | Phase::ConnResponse | Phase::DreqSent => {
+    let moved = {
+        let mut st = s.st();
+        st.conn = None;
+        let moved = st.phase.step(|p| p != Phase::Disconnected, Phase::Disconnected);
+        if moved.is_ok() {
+            st.peer_lost = true;
+        }
+        moved
+    };
+    match moved {
+        Ok(Phase::Connected | Phase::RepSent | Phase::ConnResponse | Phase::DreqSent) => {
             error_qp(s);
-            s.st().phase = Phase::Disconnected;
             s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
             timewait(s);
         }
-        Phase::ReqSent => {
-            s.st().phase = Phase::Disconnected;
+        Ok(Phase::ReqSent) => {
             s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ECONNRESET, Param::zeroed(), Vec::new(), false);
         }
-        Phase::DreqRcvd => {
+        Ok(Phase::DreqRcvd) => {
             error_qp(s);
-            s.st().phase = Phase::Disconnected;
             timewait(s);
         }
-        _ => s.st().phase = Phase::Disconnected,
+        _ => {}
     }
 }
 
@@ -636,9 +670,14 @@ fn sidr_connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     m.private = p.private_data;
     {
         let mut st = s.st();
+        // Of two racing connects one sends; the other's socket goes.
+        if st.phase.step(|p| p == Phase::RouteResolved, Phase::ReqSent).is_err() {
+            drop(st);
+            engine::get().remove(token);
+            return Err(Errno::EINVAL);
+        }
         st.udp = Some((token, u.clone()));
         st.peer.tid = m.tid;
-        st.phase = Phase::ReqSent;
     }
     sidr_send(s.clone(), u, m, dst, 0);
     Ok(())
@@ -647,15 +686,21 @@ fn sidr_connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
 /// Sends a SIDR REQ, and again after a second while no reply came (datagrams can be lost).
 fn sidr_send(s: Arc<SoftId>, u: Arc<UdpSocket>, m: Msg, dst: SocketAddr, tries: u32) {
     {
-        let st = s.st();
-        if st.phase != Phase::ReqSent || st.peer.tid != m.tid {
+        let mut st = s.st();
+        if st.peer.tid != m.tid {
             return;
         }
-    }
-    if tries == 4 {
-        s.st().phase = Phase::Disconnected;
-        s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Param::zeroed(), Vec::new(), true);
-        return;
+        // Given up on, unless the reply (or a destroy) moved the id first.
+        if tries == 4 {
+            if st.phase.step(|p| p == Phase::ReqSent, Phase::Disconnected).is_ok() {
+                drop(st);
+                s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Param::zeroed(), Vec::new(), true);
+            }
+            return;
+        }
+        if st.phase.get() != Phase::ReqSent {
+            return;
+        }
     }
     let _ = u.send_to(&super::wire::encode(&m), dst);
     engine::get().after(Duration::from_secs(1), move || sidr_send(s, u, m, dst, tries + 1));
@@ -678,8 +723,11 @@ fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, endpoint: Option<SocketAdd
         return Err(Errno::EINVAL);
     }
     let (u, to, tid) = {
-        let st = s.st();
-        (st.udp.as_ref().map(|x| x.1.clone()).ok_or(Errno::EINVAL)?, st.peer.udp.ok_or(Errno::EINVAL)?, st.peer.tid)
+        let mut st = s.st();
+        let found = (st.udp.as_ref().map(|x| x.1.clone()).ok_or(Errno::EINVAL)?, st.peer.udp.ok_or(Errno::EINVAL)?, st.peer.tid);
+        // One answer per request: a racing accept or reject is refused.
+        st.phase.step(|p| p == Phase::ReqRcvd, Phase::Answering).map_err(|_| Errno::EINVAL)?;
+        found
     };
     let mut m = Msg::new(Kind::SidrRep);
     m.status = status;
@@ -688,9 +736,14 @@ fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, endpoint: Option<SocketAdd
     m.endpoint = endpoint;
     m.tid = tid;
     m.private = data.to_vec();
-    u.send_to(&super::wire::encode(&m), to)?;
+    if let Err(e) = u.send_to(&super::wire::encode(&m), to) {
+        // Unanswered still: the application may try again.
+        let _ = s.transition(|p| p == Phase::Answering, Phase::ReqRcvd);
+        return Err(e.into());
+    }
     let mut st = s.st();
-    st.phase = if status == 0 { Phase::Connected } else { Phase::Disconnected };
+    // A destroy meanwhile has moved the id already; the reply went out all the same.
+    let _ = st.phase.step(|p| p == Phase::Answering, if status == 0 { Phase::Connected } else { Phase::Disconnected });
     st.udp = None; // the listener's socket: not ours to close
     Ok(())
 }
@@ -708,7 +761,7 @@ fn first_sidr_copy(l: &SoftId, from: SocketAddr, tid: u64) -> bool {
     let child = l.st().sidr_seen.iter().find(|e| same(e)).map(|e| e.2.clone());
     let Some(child) = child else { return true };
     // The child's lock is not taken under the listener's.
-    if child.upgrade().is_some_and(|c| c.st().phase == Phase::ReqRcvd) {
+    if child.upgrade().is_some_and(|c| matches!(c.phase(), Phase::ReqRcvd | Phase::Answering)) {
         return false;
     }
     l.st().sidr_seen.retain(|e| !same(e));
@@ -727,7 +780,7 @@ fn remember_sidr(l: &SoftId, from: SocketAddr, tid: u64, child: &Arc<SoftId>) {
 /// A datagram on a SIDR socket: a request at a listener, a reply at a client.
 pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
     match m.kind {
-        Kind::SidrReq if s.st().phase == Phase::Listening => {
+        Kind::SidrReq if s.phase() == Phase::Listening => {
             if m.port_space as u32 != s.ps() || !first_sidr_copy(s, from, m.tid) {
                 return;
             }
@@ -744,7 +797,8 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
             let listener_udp = s.st().udp.clone();
             {
                 let mut st = child.st();
-                st.phase = Phase::ReqRcvd;
+                // A new id nobody else has yet: this cannot fail.
+                let _ = st.phase.step(|p| p == Phase::Idle, Phase::ReqRcvd);
                 st.src = local;
                 st.dst = remote;
                 st.udp = listener_udp.map(|(_, sock)| (0, sock));
@@ -761,26 +815,25 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
             s.post_pending(p);
         }
         Kind::SidrRep => {
-            let (ok, dst) = {
-                let st = s.st();
-                (st.phase == Phase::ReqSent && st.peer.tid == m.tid, st.dst)
+            let to = if m.status == 0 { Phase::Connected } else { Phase::Disconnected };
+            // The reply to our request, unless a destroy (or an earlier copy) came first.
+            let (token, dst, src) = {
+                let mut st = s.st();
+                if st.peer.tid != m.tid || st.phase.step(|p| p == Phase::ReqSent, to).is_err() {
+                    return;
+                }
+                (st.udp.take().map(|x| x.0), st.dst, st.src)
             };
-            if !ok {
-                return;
-            }
-            let token = s.st().udp.take().map(|x| x.0);
             if let Some(t) = token {
                 engine::get().remove(t);
             }
             let gid = dst.map(|d| net::gid_of(d.ip())).unwrap_or_default();
             if m.status != 0 {
-                s.st().phase = Phase::Disconnected;
                 s.post(RDMA_CM_EVENT_UNREACHABLE, m.status as i32, Param::zeroed(), padded(&m.private, SIDR_REP_DATA), true);
                 return;
             }
             let _ = add_peer(&gid, m.qp_num, m.endpoint);
-            let sgid = s.st().src.and_then(|a| dev().ok().map(|d| d.gid_index(a.ip()))).unwrap_or(0);
-            s.st().phase = Phase::Connected;
+            let sgid = src.and_then(|a| dev().ok().map(|d| d.gid_index(a.ip()))).unwrap_or(0);
             s.post(RDMA_CM_EVENT_ESTABLISHED, 0, ud_param(gid, sgid, m.qp_num, m.qkey), padded(&m.private, SIDR_REP_DATA), true);
         }
         _ => {}
@@ -790,7 +843,7 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
 pub fn join(s: &Arc<SoftId>, group: SocketAddr, flags: u32, context: usize) -> Result<()> {
     let src = {
         let st = s.st();
-        if !matches!(st.phase, Phase::AddrResolved | Phase::RouteResolved | Phase::Bound) {
+        if !matches!(st.phase.get(), Phase::AddrResolved | Phase::RouteResolved | Phase::Bound) {
             return Err(Errno::EINVAL);
         }
         st.src.ok_or(Errno::EINVAL)?
@@ -839,19 +892,21 @@ pub fn leave(s: &Arc<SoftId>, group: SocketAddr) -> Result<()> {
 
 /// The id is destroyed: say goodbye to the peer and release every socket.
 pub fn teardown(s: &Arc<SoftId>) {
+    // Disconnected at once, with `dead`: every transition racing this one
+    // (a message, an EOF, a timer) now loses, so the goodbye below is the last word.
     let phase = {
         let mut st = s.st();
         st.dead = true;
-        st.phase
+        st.phase.step(|_| true, Phase::Disconnected).unwrap_or_else(|p| p)
     };
     match phase {
-        Phase::Connected | Phase::RepSent | Phase::ConnResponse => {
+        p if p.is_connected() => {
             let _ = send(s, &Msg::new(Kind::Dreq));
         }
         Phase::DreqRcvd => {
             let _ = send(s, &Msg::new(Kind::Drep));
         }
-        Phase::ReqRcvd if !s.is_ud() => {
+        Phase::ReqRcvd | Phase::Answering if !s.is_ud() => {
             let mut r = Msg::new(Kind::Rej);
             r.status = REJ_CONSUMER;
             let _ = send(s, &r);
@@ -861,7 +916,6 @@ pub fn teardown(s: &Arc<SoftId>) {
     let e = engine::get();
     let (listener, udp, conn, groups) = {
         let mut st = s.st();
-        st.phase = Phase::Disconnected;
         st.bound = None;
         st.path = None;
         (st.listener.take(), st.udp.take(), st.conn.take(), std::mem::take(&mut st.mcast))

@@ -11,8 +11,11 @@ pub mod conn;
 pub mod engine;
 pub mod hook;
 pub mod net;
+pub mod phase;
 pub mod sock;
 pub mod wire;
+
+pub use phase::{Phase, PhaseCell};
 
 use crate::backend::{Backend, ConnParam};
 use crate::cm::event::Param;
@@ -26,30 +29,6 @@ use rdma_abi::verbs::*;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-
-/// Where an id stands in the connection protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Idle,
-    Bound,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    /// Active: REQ (or SIDR REQ) sent, waiting for the reply.
-    ReqSent,
-    /// Active, no QP on the id: CONNECT_RESPONSE delivered, waiting for rdma_establish.
-    ConnResponse,
-    /// Passive: CONNECT_REQUEST delivered, waiting for accept/reject.
-    ReqRcvd,
-    /// Passive: REP sent, waiting for the RTU.
-    RepSent,
-    Connected,
-    /// We sent DREQ and wait for DREP.
-    DreqSent,
-    /// The peer sent DREQ; our rdma_disconnect answers it.
-    DreqRcvd,
-    Disconnected,
-}
 
 /// What the peer told us about its side of the connection.
 #[derive(Clone, Debug, Default)]
@@ -68,7 +47,7 @@ pub struct Peer {
 }
 
 pub struct St {
-    pub phase: Phase,
+    pub phase: PhaseCell,
     pub src: Option<SocketAddr>,
     pub dst: Option<SocketAddr>,
     /// Reserved port / listener socket (bound at bind time).
@@ -123,6 +102,15 @@ impl SoftId {
     pub fn st(&self) -> MutexGuard<'_, St> {
         lock(&self.st)
     }
+    /// The phase now: a hint for choosing what to try, which the `step`
+    /// or `transition` that acts on it confirms.
+    pub fn phase(&self) -> Phase {
+        self.st().phase.get()
+    }
+    /// `PhaseCell::step` under one hold of the id's lock.
+    pub fn transition(&self, from: impl FnOnce(Phase) -> bool, to: Phase) -> std::result::Result<Phase, Phase> {
+        self.st().phase.step(from, to)
+    }
     pub fn ps(&self) -> u32 {
         self.core.with_public(|p| p.ps).unwrap_or(0)
     }
@@ -166,7 +154,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
     let s = Arc::new(SoftId {
         core: core.clone(),
         st: Mutex::new(St {
-            phase: Phase::Idle,
+            phase: PhaseCell::default(),
             src: None,
             dst: None,
             bound: None,
@@ -282,11 +270,18 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     }
     let fd = sock::bind(&a, s.is_ud())?;
     let real = sock::local_addr(&fd)?;
-    set_addrs(s, Some(real), None)?;
+    // Checked, recorded and moved under one hold: of two racing binds the
+    // loser changes nothing (set_addrs takes the core's lock after ours, as
+    // posting an event does).
     let mut st = s.st();
+    if st.phase.get() != Phase::Idle {
+        return Err(Errno::EINVAL);
+    }
+    set_addrs(s, Some(real), None)?;
+    // Checked above in this hold: cannot fail.
+    st.phase.step(|p| p == Phase::Idle, Phase::Bound).map_err(|_| Errno::EINVAL)?;
     st.bound = Some(fd);
     st.src = Some(real);
-    st.phase = Phase::Bound;
     Ok(())
 }
 
@@ -294,7 +289,8 @@ impl Backend for Soft {
     fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
         let s = soft_id(id);
         let a = net::from_bytes(addr)?;
-        if s.st().phase != Phase::Idle {
+        // Also checked in do_bind; here first, so that a wrong state is told before an address error.
+        if s.phase() != Phase::Idle {
             return Err(Errno::EINVAL);
         }
         do_bind(&s, a)
@@ -303,7 +299,7 @@ impl Backend for Soft {
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
         let s = soft_id(id);
         let dst = net::from_bytes(dst)?;
-        let phase = s.st().phase;
+        let phase = s.phase();
         if !matches!(phase, Phase::Idle | Phase::Bound) {
             return Err(Errno::EINVAL);
         }
@@ -351,12 +347,12 @@ impl Backend for Soft {
 
     fn listen(&self, id: &Arc<IdCore>, backlog: i32) -> Result<()> {
         let s = soft_id(id);
-        if s.st().phase == Phase::Idle {
+        if s.phase() == Phase::Idle {
             let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
             do_bind(&s, any)?;
         }
         let mut st = s.st();
-        if st.phase != Phase::Bound {
+        if st.phase.get() != Phase::Bound {
             return Err(Errno::EINVAL);
         }
         let fd = st.bound.take().ok_or(Errno::EINVAL)?;
@@ -366,7 +362,8 @@ impl Backend for Soft {
         } else {
             st.listener = Some(e.add_listener(sock::listen(fd, backlog)?, &s));
         }
-        st.phase = Phase::Listening;
+        // The check above, in the same hold: cannot fail.
+        st.phase.step(|p| p == Phase::Bound, Phase::Listening).map_err(|_| Errno::EINVAL)?;
         Ok(())
     }
 
@@ -401,7 +398,7 @@ impl Backend for Soft {
     }
 
     fn notify(&self, id: &Arc<IdCore>, _event: u32) -> Result<()> {
-        match soft_id(id).st().phase {
+        match soft_id(id).phase() {
             Phase::Connected | Phase::RepSent => Ok(()),
             _ => Err(Errno::EINVAL),
         }
@@ -432,7 +429,7 @@ impl Backend for Soft {
     fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
         let s = soft_id(id);
         match opt {
-            Opt::ReuseAddr(_) | Opt::AfOnly(_) if !matches!(s.st().phase, Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
+            Opt::ReuseAddr(_) | Opt::AfOnly(_) if !matches!(s.phase(), Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
             Opt::IbPath(_) => {
                 route_resolved(&s)?;
                 if id.is_sync() {
@@ -466,21 +463,28 @@ fn post_resolved(s: &SoftId, r: Result<()>) {
 fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
     let ip = route?;
     let bound = s.st().src;
-    let src = match bound {
-        Some(b) if !b.ip().is_unspecified() => b,
-        Some(b) => SocketAddr::new(ip, b.port()),
+    let (src, fd) = match bound {
+        Some(b) if !b.ip().is_unspecified() => (b, None),
+        Some(b) => (SocketAddr::new(ip, b.port()), None),
         None => {
             let fd = sock::bind(&SocketAddr::new(ip, 0), s.is_ud())?;
-            let a = sock::local_addr(&fd)?;
-            s.st().bound = Some(fd);
-            a
+            (sock::local_addr(&fd)?, Some(fd))
         }
     };
-    set_addrs(s, Some(src), Some(dst))?;
+    // Under one hold, as in do_bind: an id destroyed meanwhile stays so
+    // (its ADDR_ERROR is not queued).
     let mut st = s.st();
+    if !matches!(st.phase.get(), Phase::Idle | Phase::Bound) {
+        return Err(Errno::EINVAL);
+    }
+    set_addrs(s, Some(src), Some(dst))?;
+    // Checked above in this hold: cannot fail.
+    st.phase.step(|p| matches!(p, Phase::Idle | Phase::Bound), Phase::AddrResolved).map_err(|_| Errno::EINVAL)?;
+    if fd.is_some() {
+        st.bound = fd;
+    }
     st.src = Some(src);
     st.dst = Some(dst);
-    st.phase = Phase::AddrResolved;
     Ok(())
 }
 
@@ -488,16 +492,17 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
 fn route_resolved(s: &SoftId) -> Result<()> {
     let (src, dst) = {
         let st = s.st();
-        if st.phase != Phase::AddrResolved {
+        if st.phase.get() != Phase::AddrResolved {
             return Err(Errno::EINVAL);
         }
         (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?)
     };
-    // SAFETY: calloc of one record; checked; owned by PathRec.
+    // SAFETY: calloc of one record; checked; owned by PathRec (freed if we return early).
     let rec = unsafe { libc::calloc(1, std::mem::size_of::<ibv_sa_path_rec>()) } as *mut ibv_sa_path_rec;
     if rec.is_null() {
         return Err(Errno::ENOMEM);
     }
+    let owned = PathRec(rec);
     // SAFETY: a zeroed record we own.
     let r = unsafe { &mut *rec };
     r.dgid.raw = net::gid_of(dst.ip());
@@ -512,13 +517,14 @@ fn route_resolved(s: &SoftId) -> Result<()> {
     r.rate = 3;
     r.packet_life_time_selector = 2;
     r.packet_life_time = 14;
+    // One winner of two racing route resolutions: one record, one event.
+    let mut st = s.st();
+    st.phase.step(|p| p == Phase::AddrResolved, Phase::RouteResolved).map_err(|_| Errno::EINVAL)?;
     s.core.with_public(|p| {
         p.route.path_rec = rec;
         p.route.num_paths = 1;
     })?;
-    let mut st = s.st();
-    st.path = Some(PathRec(rec));
-    st.phase = Phase::RouteResolved;
+    st.path = Some(owned);
     drop(st);
     s.post(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::zeroed(), Vec::new(), false);
     Ok(())
