@@ -15,6 +15,9 @@ pub mod phase;
 pub mod sock;
 pub mod wire;
 
+#[cfg(test)]
+mod race_tests;
+
 pub use phase::{Phase, PhaseCell};
 
 use crate::backend::{Backend, ConnParam};
