@@ -53,7 +53,10 @@ if cc -Wall -Wextra -Werror -O1 -Iinclude -Ic-examples -o "$out/idle_peer" tests
 		sleep 0.1
 	done
 	ip -n "$b" link set vb-$$ down
-	kill -9 $cpid; wait $cpid 2>/dev/null
+	# $cpid is timeout (ip netns exec execs it), which runs idle_peer in a
+	# process group of its own: kill the group, or idle_peer lives on (in
+	# pause(), holding whatever fds the test run had, such as a lock).
+	kill -9 -- -$cpid; wait $cpid 2>/dev/null
 	wait $spid; src=$?
 	if [ $src -eq 0 ]; then echo "PASS netns vanished host: $(tail -n 1 "$out/vanish.server.log")"; pass=$((pass+1))
 	else echo "FAIL netns vanished host (server exit $src)"; tail -n 3 "$out/vanish.server.log" "$out/vanish.client.log"; fail=$((fail+1)); fi
