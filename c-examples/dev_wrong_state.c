@@ -212,6 +212,27 @@ static void case_reuseaddr(void)
 	rdma_destroy_id(id);
 }
 
+/* Two ids share a port through REUSEADDR: while both hold it neither may
+ * listen (the kernel CM's rule; TCP would let one). The refused id keeps its
+ * binding and listens once the other is gone. */
+static void case_listen_busy(void)
+{
+	struct rdma_cm_id *a = new_id(), *b = new_id();
+	int one = 1;
+
+	TRY(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)),
+	    "rdma_set_option(REUSEADDR) on the first id", 0, 0);
+	TRY(rdma_set_option(b, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)),
+	    "rdma_set_option(REUSEADDR) on the second id", 0, 0);
+	bind_addr(a);
+	TRY(rdma_bind_addr(b, dev_sa()), "rdma_bind_addr of the second id to the same port", 0, 0);
+	TRY(rdma_listen(a, 1), "rdma_listen on a port another id holds", -1, EADDRINUSE);
+	TRY(rdma_listen(b, 1), "rdma_listen of that other id", -1, EADDRINUSE);
+	rdma_destroy_id(b);
+	TRY(rdma_listen(a, 1), "rdma_listen once the other id is gone", 0, 0);
+	rdma_destroy_id(a);
+}
+
 static void case_afonly(void)
 {
 	struct rdma_cm_id *id = new_id();
@@ -258,6 +279,7 @@ static const struct {
 	{ "establish_with_qp", case_establish_with_qp },
 	{ "disconnect_unconnected", case_disconnect_unconnected },
 	{ "reuseaddr", case_reuseaddr },
+	{ "listen_busy", case_listen_busy },
 	{ "afonly", case_afonly },
 	{ "unknown_family", case_unknown_family },
 };

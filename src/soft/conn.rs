@@ -917,6 +917,7 @@ pub fn teardown(s: &Arc<SoftId>) {
     let (listener, udp, conn, groups) = {
         let mut st = s.st();
         st.bound = None;
+        st.claim = None;
         st.path = None;
         (st.listener.take(), st.udp.take(), st.conn.take(), std::mem::take(&mut st.mcast))
     };

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod hook;
 pub mod net;
 pub mod phase;
+pub mod ports;
 pub mod sock;
 pub mod wire;
 
@@ -55,6 +56,8 @@ pub struct St {
     pub dst: Option<SocketAddr>,
     /// Reserved port / listener socket (bound at bind time).
     pub bound: Option<std::os::fd::OwnedFd>,
+    /// The id's hold on its bound port, from bind to teardown.
+    pub claim: Option<ports::PortClaim>,
     pub listener: Option<u64>,
     pub conn: Option<Arc<engine::Conn>>,
     pub udp: Option<(u64, Arc<std::net::UdpSocket>)>,
@@ -161,6 +164,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             src: None,
             dst: None,
             bound: None,
+            claim: None,
             listener: None,
             conn: None,
             udp: None,
@@ -271,7 +275,8 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     if !net::is_local(a.ip()) {
         return Err(sock::unavailable());
     }
-    let fd = sock::bind(&a, s.is_ud())?;
+    let udp = s.is_ud();
+    let fd = sock::bind(&a, udp)?;
     let real = sock::local_addr(&fd)?;
     // Checked, recorded and moved under one hold: of two racing binds the
     // loser changes nothing (set_addrs takes the core's lock after ours, as
@@ -284,6 +289,7 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     // Checked above in this hold: cannot fail.
     st.phase.step(|p| p == Phase::Idle, Phase::Bound).map_err(|_| Errno::EINVAL)?;
     st.bound = Some(fd);
+    st.claim = Some(ports::PortClaim::new(udp, real));
     st.src = Some(real);
     Ok(())
 }
@@ -358,12 +364,18 @@ impl Backend for Soft {
         if st.phase.get() != Phase::Bound {
             return Err(Errno::EINVAL);
         }
+        if st.claim.as_ref().is_some_and(ports::PortClaim::shared) {
+            return Err(Errno(libc::EADDRINUSE)); // the kernel CM's rule (ports.rs)
+        }
+        if !s.is_ud() {
+            sock::listen(st.bound.as_ref().ok_or(Errno::EINVAL)?, backlog)?;
+        }
         let fd = st.bound.take().ok_or(Errno::EINVAL)?;
         let e = engine::get();
         if s.is_ud() {
             st.udp = Some(e.add_udp(sock::udp(fd), &s));
         } else {
-            st.listener = Some(e.add_listener(sock::listen(fd, backlog)?, &s));
+            st.listener = Some(e.add_listener(std::net::TcpListener::from(fd), &s));
         }
         // The check above, in the same hold: cannot fail.
         st.phase.step(|p| p == Phase::Bound, Phase::Listening).map_err(|_| Errno::EINVAL)?;

@@ -38,13 +38,14 @@ pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
     common::sock::local_addr(fd.as_raw_fd())
 }
 
-pub fn listen(fd: OwnedFd, backlog: i32) -> Result<std::net::TcpListener> {
-    // SAFETY: listen on a bound stream socket we own.
+/// Starts listening on a bound stream socket; borrowed, so a failure leaves
+/// the id its socket (and Bound, as it was).
+pub fn listen(fd: &OwnedFd, backlog: i32) -> Result<()> {
     // The RDMA backlog counts CM requests, not TCP handshakes: never let the
     // kernel drop SYNs of a burst of connects (cmtime), whatever the app asked.
     let _ = backlog;
-    cerr(unsafe { libc::listen(fd.as_raw_fd(), libc::SOMAXCONN) })?;
-    Ok(std::net::TcpListener::from(fd))
+    // SAFETY: listen on a bound stream socket we own.
+    cerr(unsafe { libc::listen(fd.as_raw_fd(), libc::SOMAXCONN) }).map(drop)
 }
 
 pub fn udp(fd: OwnedFd) -> std::net::UdpSocket {
