@@ -3,7 +3,11 @@
  * handler installed without SA_RESTART; with SA_RESTART the call goes on
  * waiting and returns the data sent afterwards. A blocking rsend interrupted
  * after it moved some bytes returns their count, as send(2) does (-1/EINTR
- * if it moved none), and the peer receives exactly those bytes. */
+ * if it moved none), and the peer receives exactly those bytes. A blocking
+ * rrecv with MSG_WAITALL interrupted after part of the data arrived returns
+ * that part (-1/EINTR when nothing arrived), as recv(2) does and upstream's
+ * rrecv (its loop returns what it copied). rpoll with a timeout is never
+ * restarted (signal(7), upstream's poll(2)): -1/EINTR with either handler. */
 #include "rs_util.h"
 
 static void send_byte(void *peer)
@@ -62,6 +66,61 @@ static void partial_send(int c, int peer)
 	free(in);
 }
 
+/* rrecv(MSG_WAITALL) of 8 bytes with 2 of them there, then with none, each interrupted 200 ms in. */
+static void waitall(int c, int peer)
+{
+	struct check_poke pk;
+	char buf[8] = { 0 };
+	ssize_t n;
+	int err;
+
+	check_handle(SIGUSR1, check_count_signal, 0);
+	check_signals = 0;
+	if (rsend(peer, "ab", 2, 0) != 2 || !readable(c, 5000))
+		fatal("the first 2 bytes did not arrive: %s", strerror(errno));
+	check_poke_me(&pk, NULL, NULL);
+	errno = 0;
+	n = rrecv(c, buf, sizeof(buf), MSG_WAITALL);
+	err = errno;
+	pthread_join(pk.thread, NULL);
+	CHECK(n == 2 && !memcmp(buf, "ab", 2) && check_signals == 1,
+	      "an interrupted rrecv with MSG_WAITALL returns the part that arrived",
+	      "got %zd errno %d caught %d", n, err, (int)check_signals);
+	check_poke_me(&pk, NULL, NULL);
+	errno = 0;
+	n = rrecv(c, buf, sizeof(buf), MSG_WAITALL);
+	err = errno;
+	pthread_join(pk.thread, NULL);
+	CHECK(n == -1 && err == EINTR && check_signals == 2, "with nothing arrived: -1/EINTR",
+	      "got %zd errno %d caught %d", n, err, (int)check_signals);
+	memset(buf, 0, sizeof(buf));
+	n = rsend(peer, "cdefghij", 8, 0) == 8 ? rrecv(c, buf, sizeof(buf), MSG_WAITALL) : -1;
+	CHECK(n == 8 && !memcmp(buf, "cdefghij", 8), "nothing was lost: the next 8 bytes arrive whole",
+	      "got %zd: %.8s", n, buf);
+}
+
+/* rpoll on an rsocket with nothing to read, 10 s timeout, interrupted 200 ms in. */
+static void rpoll_eintr(int c)
+{
+	struct pollfd p = { .fd = c, .events = POLLIN };
+	struct check_poke pk;
+	int restart, r, err;
+
+	for (restart = 0; restart < 2; restart++) {
+		check_handle(SIGUSR1, check_count_signal, restart ? SA_RESTART : 0);
+		check_signals = 0;
+		check_poke_me(&pk, NULL, NULL);
+		errno = 0;
+		r = rpoll(&p, 1, 10000);
+		err = errno;
+		pthread_join(pk.thread, NULL);
+		CHECK(r == -1 && err == EINTR && check_signals == 1,
+		      restart ? "rpoll with a timeout is not restarted after an SA_RESTART handler either: EINTR"
+			      : "a handler without SA_RESTART interrupts rpoll with a timeout: EINTR",
+		      "got %d errno %d revents %#x caught %d", r, err, p.revents, (int)check_signals);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int port = port_arg(argc, argv), l, c, peer, restart, err;
@@ -69,7 +128,7 @@ int main(int argc, char **argv)
 	char b = 0;
 	ssize_t n;
 
-	watchdog(30);
+	watchdog(60);
 	l = rs_listener(port);
 	rs_pair(l, port, &c, &peer);
 	for (restart = 0; restart < 2; restart++) {
@@ -89,6 +148,8 @@ int main(int argc, char **argv)
 			      "got %zd errno %d caught %d", n, err, (int)check_signals);
 	}
 	partial_send(c, peer);
+	waitall(c, peer);
+	rpoll_eintr(c);
 	rclose(c);
 	rclose(peer);
 	rclose(l);
