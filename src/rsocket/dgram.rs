@@ -538,29 +538,35 @@ impl Dgram {
                 continue;
             }
             let mut fds = Vec::new();
-            Self::prepare_locked(&self.wake, &mut st, &mut fds);
+            Self::arm_locked(&self.wake, &mut st, &mut fds);
+            // Completions that came before the CQs were armed raise no event: look again.
             if st.progress() {
                 self.notify(&st);
             }
-            let mut slept = false;
-            if !ready(&st) && !st.closed {
-                drop(st);
-                // SAFETY: a live pollfd array.
-                let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
-                let err = Errno::last();
-                slept = r >= 0;
-                st = self.lock();
-                if r < 0 && crate::sys::poll_error_ends_wait(err) {
-                    Self::finish_locked(&self.wake, &mut st, None);
-                    return Err(err);
-                }
+            if ready(&st) || st.closed {
+                continue;
             }
-            Self::finish_locked(&self.wake, &mut st, slept.then_some(&fds[..]));
+            // Counted only now, under the lock held since that look: a change made
+            // by another thread after it raises the wake flag, and the look's own
+            // progress did not raise it for this thread (a write, a poll that
+            // returns at once and a read, for nothing).
+            st.waiters += 1;
+            drop(st);
+            // SAFETY: a live pollfd array.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
+            let err = Errno::last();
+            st = self.lock();
+            Self::finish_locked(&self.wake, &mut st, (r >= 0).then_some(&fds[..]));
+            if r < 0 && crate::sys::poll_error_ends_wait(err) {
+                return Err(err);
+            }
         }
     }
 
-    fn prepare_locked(wake: &Flag, st: &mut DSt, fds: &mut Vec<libc::pollfd>) {
-        st.waiters += 1;
+    /// Adds what a sleeper polls: the wake flag and each QP's CQ, armed. The
+    /// sleeper is counted (so that changes raise the flag) only after its last
+    /// look: by `wait` under the lock of that look, by rpoll in `count_waiter`.
+    fn arm_locked(wake: &Flag, st: &mut DSt, fds: &mut Vec<libc::pollfd>) {
         fds.push(libc::pollfd { fd: wake.raw(), events: libc::POLLIN, revents: 0 });
         for q in st.qps.iter_mut() {
             if q.cq.arm().is_ok() {
@@ -569,8 +575,8 @@ impl Dgram {
         }
     }
 
-    /// `polled`: the entries `prepare_locked` added, after the poll(2) that
-    /// slept on them (None: no sleep).
+    /// Undoes the count of a sleeper. `polled`: the entries `arm_locked`
+    /// added, after the poll(2) that slept on them (None: no sleep).
     fn finish_locked(wake: &Flag, st: &mut DSt, polled: Option<&[libc::pollfd]>) {
         st.waiters = st.waiters.saturating_sub(1);
         if st.waiters == 0 {
@@ -581,9 +587,22 @@ impl Dgram {
         }
     }
 
-    pub fn prepare(&self, fds: &mut Vec<libc::pollfd>) {
+    pub fn arm(&self, fds: &mut Vec<libc::pollfd>) {
         let mut st = self.lock();
-        Self::prepare_locked(&self.wake, &mut st, fds);
+        Self::arm_locked(&self.wake, &mut st, fds);
+    }
+
+    /// Counts a sleeper that armed with `arm`, unless the state changed since
+    /// its look read generation `gen` (a new QP bumps it too: its CQ is not in
+    /// the sleeper's fds) or a CQ's event was read by another sleeper's finish
+    /// since (it would not wake this one): false, look again instead.
+    pub fn count_waiter(&self, gen: u64) -> bool {
+        let mut st = self.lock();
+        if st.gen != gen || st.qps.iter().any(|q| !q.cq.armed()) {
+            return false;
+        }
+        st.waiters += 1;
+        true
     }
 
     pub fn finish(&self, polled: Option<&[libc::pollfd]>) {

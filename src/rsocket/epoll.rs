@@ -120,12 +120,13 @@ const EP_PRI: u32 = libc::EPOLLPRI as u32;
 const EP_ET: u32 = libc::EPOLLET as u32;
 const EP_ONESHOT: u32 = libc::EPOLLONESHOT as u32;
 
-/// Ready rsockets of a set, written to `out` (at most its length).
-fn scan(set: &Set, out: &mut [libc::epoll_event]) -> usize {
+/// Ready rsockets of a set, written to `out` (at most its length). `seen`
+/// gets each rsocket looked at, by number, with the state generation read.
+fn scan(set: &Set, out: &mut [libc::epoll_event], mut seen: Option<&mut HashMap<i32, (Sock, u64)>>) -> usize {
     let mut entries = lock(&set.entries);
     entries.retain(|fd, e| get(*fd).is_some_and(|s| s.same(&e.sock)));
     let mut n = 0;
-    for e in entries.values_mut() {
+    for (fd, e) in entries.iter_mut() {
         if n == out.len() {
             break;
         }
@@ -143,6 +144,9 @@ fn scan(set: &Set, out: &mut [libc::epoll_event]) -> usize {
             want |= libc::POLLPRI;
         }
         let (r, gen) = e.sock.revents(want);
+        if let Some(m) = seen.as_deref_mut() {
+            m.insert(*fd, (e.sock.clone(), gen));
+        }
         let mut ev = 0u32;
         if r & libc::POLLIN != 0 {
             ev |= EP_IN;
@@ -189,7 +193,7 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
     let cfg = super::config::get_config();
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     loop {
-        let mut n = scan(&set, out);
+        let mut n = scan(&set, out, None);
         if n < out.len() {
             // SAFETY: the rest of the caller's array; zero timeout.
             let m = cerr(unsafe { libc::epoll_wait(epfd, out[n..].as_mut_ptr(), (out.len() - n) as i32, 0) })?;
@@ -198,19 +202,33 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
         if n > 0 || timeout == 0 {
             return Ok(n as i32);
         }
-        let socks: Vec<Sock> = lock(&set.entries).values().filter(|e| !e.disabled).map(|e| e.sock.clone()).collect();
+        let socks: Vec<(i32, Sock)> =
+            lock(&set.entries).iter().filter(|(_, e)| !e.disabled).map(|(&fd, e)| (fd, e.sock.clone())).collect();
         let mut sleep = Sleep::new(vec![libc::pollfd { fd: epfd, events: libc::POLLIN, revents: 0 }]);
-        for s in &socks {
-            sleep.add(s);
+        for (_, s) in &socks {
+            sleep.arm(s);
+        }
+        // Completions that came before the CQs were armed raise no event: look again.
+        let mut seen = HashMap::with_capacity(socks.len());
+        let n = scan(&set, out, Some(&mut seen));
+        if n > 0 {
+            sleep.finish(false);
+            return Ok(n as i32);
+        }
+        // Counted only after that look (its own progress would raise this sleeper's
+        // wake flag and end the sleep at once), and only where the state is still
+        // the one it read; a change since, or an rsocket that left the set: look again.
+        let gens: Vec<u64> = socks
+            .iter()
+            .map(|(fd, s)| seen.get(fd).filter(|(t, _)| t.same(s)).map_or(u64::MAX, |&(_, gen)| gen))
+            .collect();
+        if !sleep.count(&gens) {
+            sleep.finish(false);
+            continue;
         }
         let mut slice = cfg.wake_up_interval_ms;
         if let Some(d) = deadline {
             slice = slice.min(d.saturating_duration_since(Instant::now()).as_millis() as i32 + 1);
-        }
-        let n = scan(&set, out);
-        if n > 0 {
-            sleep.finish(false);
-            return Ok(n as i32);
         }
         let (r, err) = sleep.poll(slice);
         sleep.finish(r >= 0);
@@ -218,7 +236,7 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
             return Err(err);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            let mut n = scan(&set, out);
+            let mut n = scan(&set, out, None);
             if n < out.len() {
                 // SAFETY: as above.
                 n +=

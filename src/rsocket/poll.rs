@@ -18,24 +18,12 @@ impl Sock {
         }
     }
 
-    /// Adds what a sleeper on this rsocket polls; `finish` after the sleep.
-    /// `count`: count the sleeper now; otherwise `count_if` does, after the
-    /// caller's last look (a datagram rsocket always counts it now).
-    pub fn prepare(&self, fds: &mut Vec<libc::pollfd>, count: bool) -> bool {
+    /// Adds what a sleeper on this rsocket polls (its CQs armed), without
+    /// counting the sleeper: `count_if` does, after the caller's last look.
+    pub fn arm(&self, fds: &mut Vec<libc::pollfd>) {
         match self {
-            Sock::Stream(s) => {
-                let mut st = s.lock();
-                if count {
-                    s.prepare(&mut st, fds);
-                } else {
-                    s.arm(&mut st, fds);
-                }
-                count
-            }
-            Sock::Dgram(d) => {
-                d.prepare(fds);
-                true
-            }
+            Sock::Stream(s) => s.arm(&mut s.lock(), fds),
+            Sock::Dgram(d) => d.arm(fds),
         }
     }
 
@@ -44,7 +32,7 @@ impl Sock {
     fn count_if(&self, gen: u64) -> bool {
         match self {
             Sock::Stream(s) => s.count_waiter(gen),
-            Sock::Dgram(_) => true,
+            Sock::Dgram(d) => d.count_waiter(gen),
         }
     }
 
@@ -56,8 +44,8 @@ impl Sock {
                 let mut st = s.lock();
                 s.finish(&mut st, polled);
             }
-            Sock::Stream(_) => {}
-            Sock::Dgram(d) => d.finish(polled),
+            Sock::Dgram(d) if counted => d.finish(polled),
+            _ => {}
         }
     }
 }
@@ -109,20 +97,13 @@ impl<'a> Sleep<'a> {
         Sleep { fds, socks: Vec::new(), finished: false }
     }
 
-    /// Adds `s`, counting this sleeper at once.
-    pub fn add(&mut self, s: &'a Sock) {
-        let start = self.fds.len();
-        let counted = s.prepare(&mut self.fds, true);
-        self.socks.push((s, start, counted));
-    }
-
     /// Adds `s` (its CQ armed) without counting this sleeper yet: the look the
     /// caller takes next may change it, and a counted sleeper would then be
     /// woken by its own change. `count` after that look.
     pub fn arm(&mut self, s: &'a Sock) {
         let start = self.fds.len();
-        let counted = s.prepare(&mut self.fds, false);
-        self.socks.push((s, start, counted));
+        s.arm(&mut self.fds);
+        self.socks.push((s, start, false));
     }
 
     /// Counts this sleeper on every rsocket `arm` added, each if its state is

@@ -538,13 +538,6 @@ impl Stream {
         }
     }
 
-    /// Adds the fds a sleeper on this rsocket polls (arming the CQ) and
-    /// counts it as a waiter; `finish` undoes it after the sleep.
-    pub fn prepare(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
-        st.waiters += 1;
-        self.arm(st, fds);
-    }
-
     /// Counts a sleeper that armed with `arm`, unless the state changed since
     /// it read generation `gen` (false: it must look again, not sleep).
     pub fn count_waiter(&self, gen: u64) -> bool {
