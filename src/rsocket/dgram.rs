@@ -74,6 +74,9 @@ pub struct DSt {
     rmsgs: VecDeque<(usize, usize, usize)>,
     waiters: u32,
     gen: u64,
+    /// The UDP socket's port once bound (a port never changes after that):
+    /// a send needs it for its header, without a getsockname each time.
+    port: u16,
 }
 
 pub struct Dgram {
@@ -340,6 +343,14 @@ impl DSt {
         self.local_addr()
     }
 
+    /// `ensure_bound`'s port, remembered.
+    fn bound_port(&mut self, domain: i32) -> Result<u16> {
+        if self.port == 0 {
+            self.port = self.ensure_bound(domain)?.port();
+        }
+        Ok(self.port)
+    }
+
     /// The QP for local address `ip`, made on first use.
     fn qp_for(&mut self, ip: IpAddr) -> Result<usize> {
         if let Some(i) = self.qps.iter().position(|q| q.local == ip) {
@@ -419,6 +430,7 @@ impl Dgram {
                 rmsgs: VecDeque::new(),
                 waiters: 0,
                 gen: 0,
+                port: 0,
             }),
             cond: Condvar::new(),
             wake: Flag::new()?,
@@ -639,7 +651,7 @@ impl Dgram {
             None => st.conn_dest.ok_or(Errno(libc::EDESTADDRREQ))?,
         };
         let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
-        let me = st.ensure_bound(self.domain)?;
+        let port = st.bound_port(self.domain)?;
         // A datagram must fit one receive slot behind the largest header.
         if len + DS_IPV6_HDR_LEN > SLOT {
             return Err(Errno(libc::EMSGSIZE));
@@ -659,7 +671,7 @@ impl Dgram {
             udp_send(st.udp_fd()?, &hdr, &payload, to, self.domain, nonblock)?;
             return Ok(len);
         };
-        let hdr = DsHdr { port: me.port(), addr: local, flowinfo: 0 };
+        let hdr = DsHdr { port, addr: local, flowinfo: 0 };
         loop {
             let q = &mut st.qps[qi];
             let mut fill = |p: *mut u8| {
