@@ -268,7 +268,7 @@ impl Engine {
             return;
         }
         if let Some(id) = owner.upgrade() {
-            super::conn::on_datagram(&id, u, m, from);
+            super::sidr::on_datagram(&id, u, m, from);
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod hook;
 pub mod net;
 pub mod phase;
 pub mod ports;
+pub mod sidr;
 pub mod sock;
 pub mod wire;
 
