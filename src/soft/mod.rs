@@ -365,8 +365,12 @@ impl Backend for Soft {
         if st.phase.get() != Phase::Bound {
             return Err(Errno::EINVAL);
         }
-        if st.claim.as_ref().is_some_and(ports::PortClaim::shared) {
-            return Err(Errno(libc::EADDRINUSE)); // the kernel CM's rule (ports.rs)
+        // The kernel CM checks the port only for an id with REUSEADDR (without
+        // it a second bind would have failed; ours always succeed, see sock::bind).
+        if s.core.state().options.reuseaddr == Some(true) {
+            if let Some(e) = st.claim.as_ref().and_then(ports::PortClaim::conflict) {
+                return Err(e); // the kernel CM's rule (ports.rs)
+            }
         }
         if !s.is_ud() {
             sock::listen(st.bound.as_ref().ok_or(Errno::EINVAL)?, backlog)?;

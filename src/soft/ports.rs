@@ -5,6 +5,7 @@
 //! CM keeps this account itself. Ids of other processes are not seen.
 
 use crate::cm::registry::KeyMap;
+use crate::sys::Errno;
 use std::net::SocketAddr;
 use std::sync::{LazyLock, Mutex};
 
@@ -28,12 +29,30 @@ impl PortClaim {
         PortClaim { udp, addr }
     }
 
-    /// Another id holds the same port on an address that overlaps ours (the
-    /// same one, or either being the wildcard).
-    pub fn shared(&self) -> bool {
+    /// Why a listen must fail while another id holds the same port on an
+    /// address that overlaps ours, as the kernel CM answers: EADDRNOTAVAIL
+    /// when either is the wildcard, EADDRINUSE for the same address. The
+    /// families stay apart (the soft CM's sockets are IPV6_V6ONLY).
+    pub fn conflict(&self) -> Option<Errno> {
         let h = held();
-        let overlapping = |a: &&SocketAddr| a.ip() == self.addr.ip() || a.ip().is_unspecified() || self.addr.ip().is_unspecified();
-        h.get(&(self.udp, self.addr.port())).is_some_and(|v| v.iter().filter(overlapping).count() > 1)
+        let mine = self.addr.ip();
+        let mut others = h.get(&(self.udp, self.addr.port()))?.iter().filter(|a| a.is_ipv4() == self.addr.is_ipv4());
+        // Our own entry is among them: skip one equal to it.
+        let mut skipped = false;
+        let mut found = None;
+        for a in others.by_ref() {
+            if !skipped && *a == self.addr {
+                skipped = true;
+                continue;
+            }
+            if mine.is_unspecified() || a.ip().is_unspecified() {
+                return Some(Errno(libc::EADDRNOTAVAIL));
+            }
+            if a.ip() == mine {
+                found = Some(Errno(libc::EADDRINUSE));
+            }
+        }
+        found
     }
 }
 
@@ -57,21 +76,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_port_is_shared_while_two_claims_overlap() {
+    fn a_listen_conflicts_while_two_claims_overlap() {
         let a: SocketAddr = "127.0.0.1:61001".parse().unwrap();
         let other_ip: SocketAddr = "127.0.0.2:61001".parse().unwrap();
         let any: SocketAddr = "0.0.0.0:61001".parse().unwrap();
+        let any6: SocketAddr = "[::]:61001".parse().unwrap();
+        let inuse = Some(Errno(libc::EADDRINUSE));
+        let notavail = Some(Errno(libc::EADDRNOTAVAIL));
         let first = PortClaim::new(false, a);
-        assert!(!first.shared());
+        assert_eq!(first.conflict(), None);
         let udp = PortClaim::new(true, a);
-        assert!(!first.shared() && !udp.shared(), "the port spaces are apart");
+        assert!(first.conflict().is_none() && udp.conflict().is_none(), "the port spaces are apart");
         let elsewhere = PortClaim::new(false, other_ip);
-        assert!(!first.shared(), "another address on the same port does not overlap");
+        assert_eq!(first.conflict(), None, "another address on the same port does not overlap");
+        let v6 = PortClaim::new(false, any6);
+        assert!(first.conflict().is_none() && v6.conflict().is_none(), "the families are apart");
         let second = PortClaim::new(false, a);
-        assert!(first.shared() && second.shared());
+        assert!(first.conflict() == inuse && second.conflict() == inuse);
         drop(second);
-        assert!(!first.shared(), "a dropped claim releases the port");
+        assert_eq!(first.conflict(), None, "a dropped claim releases the port");
         let wildcard = PortClaim::new(false, any);
-        assert!(first.shared() && elsewhere.shared() && wildcard.shared());
+        assert!(first.conflict() == notavail && elsewhere.conflict() == notavail && wildcard.conflict() == notavail);
     }
 }
