@@ -568,7 +568,7 @@ impl Dgram {
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
             let err = Errno::last();
             st = self.lock();
-            Self::finish_locked(&self.wake, &mut st, (r >= 0).then_some(&fds[..]));
+            self.finish_locked(&mut st, (r >= 0).then_some(&fds[..]));
             if r < 0 && crate::sys::poll_error_ends_wait(err) {
                 return Err(err);
             }
@@ -589,13 +589,20 @@ impl Dgram {
 
     /// Undoes the count of a sleeper. `polled`: the entries `arm_locked`
     /// added, after the poll(2) that slept on them (None: no sleep).
-    fn finish_locked(wake: &Flag, st: &mut DSt, polled: Option<&[libc::pollfd]>) {
+    /// A CQ event it read is processed here: another thread asleep on the same
+    /// CQ no longer sees the fd readable, and this one (rpoll, repoll) may
+    /// return for another rsocket without looking at this one again.
+    fn finish_locked(&self, st: &mut DSt, polled: Option<&[libc::pollfd]>) {
         st.waiters = st.waiters.saturating_sub(1);
         if st.waiters == 0 {
-            wake.lower();
+            self.wake.lower();
         }
+        let mut read = false;
         for q in st.qps.iter_mut() {
-            q.cq.after_sleep(polled);
+            read |= q.cq.after_sleep(polled);
+        }
+        if read && st.progress() {
+            self.notify(st);
         }
     }
 
@@ -619,7 +626,7 @@ impl Dgram {
 
     pub fn finish(&self, polled: Option<&[libc::pollfd]>) {
         let mut st = self.lock();
-        Self::finish_locked(&self.wake, &mut st, polled);
+        self.finish_locked(&mut st, polled);
     }
 
     pub fn revents(&self, events: i16) -> (i16, u64) {

@@ -580,8 +580,9 @@ impl Stream {
         if st.waiters == 0 && std::mem::take(&mut st.wake_up) {
             self.wake.lower();
         }
-        if let Some(c) = st.conn.as_mut() {
-            c.cq.after_sleep(polled);
+        // A CQ event read here is processed here (see Dgram::finish_locked).
+        if st.conn.as_mut().is_some_and(|c| c.cq.after_sleep(polled)) {
+            self.progress(st);
         }
         let cm = match polled {
             Some(p) => p.iter().any(|p| p.fd == self.fd && p.revents != 0),

@@ -151,12 +151,16 @@ impl Cq {
     /// not process completions, and an event read then would be lost to a
     /// thread sleeping on the same fd; unread, it keeps the fd readable (and
     /// the CQ armed), so the next sleep wakes at once and reads it.
-    pub fn after_sleep(&mut self, polled: Option<&[libc::pollfd]>) {
-        let Some(p) = polled else { return };
+    /// True when it read an event: the caller then processes the CQ, as the
+    /// event (and so the fd's readiness) is gone for any other sleeper on it.
+    pub fn after_sleep(&mut self, polled: Option<&[libc::pollfd]>) -> bool {
+        let Some(p) = polled else { return false };
         if p.iter().any(|e| e.fd == self.fd() && e.revents != 0) {
-            self.read_event();
+            let read = self.read_event();
             self.ack_some();
+            return read;
         }
+        false
     }
 
     fn read_event(&mut self) -> bool {
