@@ -36,23 +36,17 @@ impl PortClaim {
     pub fn conflict(&self) -> Option<Errno> {
         let h = held();
         let mine = self.addr.ip();
-        let mut others = h.get(&(self.udp, self.addr.port()))?.iter().filter(|a| a.is_ipv4() == self.addr.is_ipv4());
-        // Our own entry is among them: skip one equal to it.
-        let mut skipped = false;
-        let mut found = None;
-        for a in others.by_ref() {
-            if !skipped && *a == self.addr {
-                skipped = true;
-                continue;
-            }
-            if mine.is_unspecified() || a.ip().is_unspecified() {
-                return Some(Errno(libc::EADDRNOTAVAIL));
-            }
-            if a.ip() == mine {
-                found = Some(Errno(libc::EADDRINUSE));
-            }
+        let mut others: Vec<&SocketAddr> = h.get(&(self.udp, self.addr.port()))?.iter().filter(|a| a.is_ipv4() == self.addr.is_ipv4()).collect();
+        if let Some(i) = others.iter().position(|a| **a == self.addr) {
+            others.swap_remove(i); // our own entry
         }
-        found
+        if others.iter().any(|a| a.ip().is_unspecified() || mine.is_unspecified()) {
+            Some(Errno(libc::EADDRNOTAVAIL))
+        } else if others.iter().any(|a| a.ip() == mine) {
+            Some(Errno(libc::EADDRINUSE))
+        } else {
+            None
+        }
     }
 }
 
