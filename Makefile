@@ -68,7 +68,7 @@ test-c: lib
 test-soft: all
 	bash tests/soft/run.sh
 	SOFT=1 VALGRIND=0 bash c-examples/run.sh
-	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect rxe 127.0.0.1 \
+	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 \
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 	bash tests/soft/netns.sh
 	bash tests/soft/faults.sh

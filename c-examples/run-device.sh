@@ -12,6 +12,8 @@
 #                 without LD_LIBRARY_PATH/LD_PRELOAD (Debian's library)
 #   --launcher CMD  prefix for every run (word-split), e.g. "valgrind -q"
 #   --expect SUFFIX  stdout must equal c-examples/expected/<prog>.SUFFIX.txt
+#                 (SUFFIX,FALLBACK: the first of the two files that exists; the
+#                 soft fabric uses soft,rxe: rxe's unless the provider answers differ)
 #   --save SUFFIX    write stdout of passing programs to those files
 #   --build-only / --no-build   split building (host) from running (guest)
 #   ADDR          address of the device's netdev (also $RDMA_TEST_ADDR)
@@ -113,19 +115,23 @@ for prog in "${progs[@]}"; do
 	# shellcheck disable=SC2086
 	"${runenv[@]}" timeout -k 5 "$TIMEOUT" $launcher "$bin" "$addr" \
 		>"$bin.out" 2>"$bin.err" </dev/null || rc=$?
-	exp=
-	[ -n "$expect" ] && exp=$here/expected/$prog.$expect.txt
+	exp= sfx=
+	# SUFFIX,FALLBACK: the first suffix with an expected file for this program.
+	for sfx in ${expect//,/ }; do
+		exp=$here/expected/$prog.$sfx.txt
+		[ -f "$exp" ] && break
+	done
 	case $rc in
 	0)
 		if [ -n "$exp" ] && [ ! -f "$exp" ]; then
 			echo "FAIL $prog ($label): passed, but there is no $exp"
 			failed=$((failed + 1))
 		elif [ -n "$exp" ] && ! cmp -s "$exp" "$bin.out"; then
-			echo "FAIL $prog ($label): passed, but stdout differs from expected/$prog.$expect.txt (< expected, > got)"
+			echo "FAIL $prog ($label): passed, but stdout differs from expected/$prog.$sfx.txt (< expected, > got)"
 			diff "$exp" "$bin.out" | head -n 40 | sed 's/^/    | /'
 			failed=$((failed + 1))
 		else
-			echo "PASS $prog ($label)${exp:+, same output as expected/$prog.$expect.txt}"
+			echo "PASS $prog ($label)${exp:+, same output as expected/$prog.$sfx.txt}"
 			passed=$((passed + 1))
 			if [ -n "$save" ]; then
 				mkdir -p "$here/expected"

@@ -72,32 +72,65 @@ pub unsafe fn to_error(qp: *mut ibv_qp) {
     unsafe { ibv_modify_qp(qp, &mut attr, IBV_QP_STATE as i32) };
 }
 
-/// rdma_create_qp / rdma_create_qp_ex with a classic attribute block.
+/// rdma_create_qp: the classic block goes through `create_ex` as an extended
+/// one naming only its PD (as upstream's does), and comes back updated (caps,
+/// CQs, SRQ).
 pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
+    // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
+    let mut ax: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    *classic(&mut ax) = *attr;
+    ax.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ax.pd = pd;
+    let r = create_ex(id, &mut ax);
+    *attr = *classic(&mut ax);
+    r
+}
+
+/// The classic fields an extended QP attribute block begins with.
+fn classic(ax: &mut ibv_qp_init_attr_ex) -> &mut ibv_qp_init_attr {
+    // SAFETY: ibv_qp_init_attr_ex begins with exactly the ibv_qp_init_attr fields
+    // (the layout tests prove both).
+    unsafe { &mut *(ax as *mut ibv_qp_init_attr_ex as *mut ibv_qp_init_attr) }
+}
+
+/// rdma_create_qp_ex, with upstream's rules: one QP per id (EINVAL for a
+/// second); no PD means the id's, written into `ax`; CQs the library makes
+/// when none are given; the id's SRQ when the block names none. A block that
+/// asks for more than a PD goes to the provider's extended create
+/// (EOPNOTSUPP from a provider without one, as libibverbs answers); on
+/// success the id's PD becomes the QP's.
+pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()> {
     let core = IdBox::lookup(id)?;
     let b = backend::device()?;
-    let (verbs, id_pd) = core.with_public(|p| (p.verbs, p.pd))?;
-    let pd = if pd.is_null() { id_pd } else { pd };
-    if verbs.is_null() || pd.is_null() {
+    let (verbs, id_pd, has_qp, id_srq) = core.with_public(|p| (p.verbs, p.pd, !p.qp.is_null(), p.srq))?;
+    if has_qp {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: pd is a PD the application or the library allocated.
-    if unsafe { (*pd).context } != verbs {
+    if ax.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || ax.pd.is_null() {
+        ax.comp_mask |= IBV_QP_INIT_ATTR_PD;
+        ax.pd = id_pd;
+    }
+    // SAFETY: a non-NULL pd is a PD the application or the library allocated.
+    if verbs.is_null() || ax.pd.is_null() || unsafe { (*ax.pd).context } != verbs {
         return Err(Errno::EINVAL);
+    }
+    if ax.qp_type == IBV_QPT_XRC_RECV && (ax.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || ax.xrcd.is_null()) {
+        // Upstream opens an XRC domain of its own here; this library does not.
+        return Err(Errno(libc::EOPNOTSUPP));
     }
     let mut made = Vec::new();
     let mut chans = (std::ptr::null_mut(), std::ptr::null_mut());
-    if attr.send_cq.is_null() {
-        let (ch, cq) = make_cq(verbs, id, attr.cap.max_send_wr)?;
+    if ax.send_cq.is_null() {
+        let (ch, cq) = make_cq(verbs, id, ax.cap.max_send_wr)?;
         made.push((cq as usize, ch as usize));
-        attr.send_cq = cq;
+        ax.send_cq = cq;
         chans.0 = ch;
     }
-    if attr.recv_cq.is_null() {
-        match make_cq(verbs, id, attr.cap.max_recv_wr) {
+    if ax.recv_cq.is_null() {
+        match make_cq(verbs, id, ax.cap.max_recv_wr) {
             Ok((ch, cq)) => {
                 made.push((cq as usize, ch as usize));
-                attr.recv_cq = cq;
+                ax.recv_cq = cq;
                 chans.1 = ch;
             }
             Err(e) => {
@@ -106,14 +139,29 @@ pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr)
             }
         }
     }
-    // SAFETY: a PD of the id's device and a complete attribute block.
-    let qp = unsafe { ibv_create_qp(pd, attr) };
+    if ax.srq.is_null() {
+        ax.srq = id_srq;
+    }
+    let qp = if ax.comp_mask == IBV_QP_INIT_ATTR_PD {
+        // SAFETY: a PD of the id's device and a complete attribute block.
+        unsafe { ibv_create_qp(ax.pd, classic(ax)) }
+    } else {
+        // SAFETY: the id's open device context.
+        match unsafe { ctx_op!(verbs, create_qp_ex) } {
+            // SAFETY: the provider's own operation, on its context and a complete block.
+            Some(f) => unsafe { f(verbs, ax) },
+            None => {
+                crate::sys::set_errno(Errno(libc::EOPNOTSUPP));
+                std::ptr::null_mut()
+            }
+        }
+    };
     if qp.is_null() {
         let e = Errno::last();
         destroy_cqs(&made);
         return Err(e);
     }
-    let ud = attr.qp_type == IBV_QPT_UD;
+    let ud = ax.qp_type == IBV_QPT_UD;
     let steps: &[u32] = if ud { &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] } else { &[IBV_QPS_INIT] };
     // SAFETY (both calls): the QP we just made.
     let r = steps.iter().try_for_each(|&s| unsafe { modify_to(&core, qp, s) }).and_then(|()| unsafe { b.qp_created(&core, qp) });
@@ -123,24 +171,24 @@ pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr)
         destroy_cqs(&made);
         return Err(e);
     }
+    let (send_cq, recv_cq) = (ax.send_cq, ax.recv_cq);
     core.with_public(|p| {
         p.qp = qp;
-        if p.pd.is_null() {
-            p.pd = pd;
-        }
+        // SAFETY: the QP we just made.
+        p.pd = unsafe { (*qp).pd };
         if !chans.0.is_null() {
             p.send_cq_channel = chans.0;
-            p.send_cq = attr.send_cq;
+            p.send_cq = send_cq;
         }
         if !chans.1.is_null() {
             p.recv_cq_channel = chans.1;
-            p.recv_cq = attr.recv_cq;
+            p.recv_cq = recv_cq;
         }
         if p.send_cq.is_null() {
-            p.send_cq = attr.send_cq;
+            p.send_cq = send_cq;
         }
         if p.recv_cq.is_null() {
-            p.recv_cq = attr.recv_cq;
+            p.recv_cq = recv_cq;
         }
     })?;
     core.state().lib_cqs.list.extend(made);
@@ -172,37 +220,69 @@ pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
     Ok(())
 }
 
-/// rdma_create_qp_ex: the classic path when only a PD is given, the
-/// provider's extended create otherwise.
-pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()> {
-    if ax.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
-        return Err(Errno(libc::EOPNOTSUPP));
-    }
-    // SAFETY: ibv_qp_init_attr_ex begins with exactly the ibv_qp_init_attr fields.
-    let classic = unsafe { &mut *(ax as *mut ibv_qp_init_attr_ex as *mut ibv_qp_init_attr) };
-    let pd = if ax.comp_mask & IBV_QP_INIT_ATTR_PD != 0 { ax.pd } else { std::ptr::null_mut() };
-    if ax.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && ax.create_flags != 0 {
-        // Flags (e.g. BLOCK_SELF_MCAST_LB) need the provider's create_qp_ex; the
-        // classic call cannot carry them. Not offered yet.
-        return Err(Errno(libc::EOPNOTSUPP));
-    }
-    create(id, pd, classic)
-}
-
-/// rdma_create_srq: an SRQ on the id's (or the given) PD.
+/// rdma_create_srq: a basic SRQ through `create_srq_ex`, as upstream's
+/// does; the block comes back updated.
 ///
 /// # Safety
 /// `pd` is NULL or a live PD; `attr` points to a writable ibv_srq_init_attr.
 pub unsafe fn create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> Result<()> {
+    // SAFETY: all-zero is a valid ibv_srq_init_attr_ex.
+    let mut ax: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+    // SAFETY: per the contract.
+    let a = unsafe { &mut *attr };
+    ax.srq_context = a.srq_context;
+    ax.attr = a.attr;
+    ax.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+    ax.srq_type = IBV_SRQT_BASIC;
+    ax.pd = pd;
+    let r = create_srq_ex(id, &mut ax);
+    a.srq_context = ax.srq_context;
+    a.attr = ax.attr;
+    r
+}
+
+/// rdma_create_srq_ex, with upstream's rules: the block must name its type
+/// (EINVAL); no PD means the id's, written into `ax`. A basic SRQ on just a
+/// PD is the classic create (as libibverbs' `ibv_create_srq_ex` does), anything
+/// else the provider's extended one (EOPNOTSUPP without it). An XRC SRQ must
+/// bring its XRC domain and CQ: upstream opens a domain of its own there, this
+/// library does not (EOPNOTSUPP).
+pub fn create_srq_ex(id: *mut rdma_cm_id, ax: &mut ibv_srq_init_attr_ex) -> Result<()> {
     let core = IdBox::lookup(id)?;
     backend::device()?;
-    let id_pd = core.with_public(|p| p.pd)?;
-    let pd = if pd.is_null() { id_pd } else { pd };
-    if pd.is_null() {
+    if ax.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: a PD and the caller's attribute block.
-    let srq = unsafe { ibv_create_srq(pd, attr) };
+    let (verbs, id_pd) = core.with_public(|p| (p.verbs, p.pd))?;
+    if ax.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || ax.pd.is_null() {
+        ax.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+        ax.pd = id_pd;
+    }
+    if ax.pd.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    let given = |bit: u32, p: bool| ax.comp_mask & bit != 0 && p;
+    if ax.srq_type == IBV_SRQT_XRC
+        && !(given(IBV_SRQ_INIT_ATTR_XRCD, !ax.xrcd.is_null()) && given(IBV_SRQ_INIT_ATTR_CQ, !ax.cq.is_null()))
+    {
+        return Err(Errno(libc::EOPNOTSUPP));
+    }
+    let classic = ax.comp_mask & !(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE) == 0 && ax.srq_type == IBV_SRQT_BASIC;
+    let srq = if classic {
+        // SAFETY: ibv_srq_init_attr_ex begins with exactly the ibv_srq_init_attr
+        // fields; a live PD.
+        unsafe { ibv_create_srq(ax.pd, ax as *mut ibv_srq_init_attr_ex as *mut ibv_srq_init_attr) }
+    } else {
+        // SAFETY: the id's open device context (or NULL: no operation).
+        match unsafe { ctx_op!(verbs, create_srq_ex) } {
+            // SAFETY: the provider's own operation, on its context and a complete block.
+            Some(f) => unsafe { f(verbs, ax) },
+            None => {
+                crate::sys::set_errno(Errno(libc::EOPNOTSUPP));
+                std::ptr::null_mut()
+            }
+        }
+    };
     if srq.is_null() {
         return Err(Errno::last());
     }

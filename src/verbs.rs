@@ -84,3 +84,30 @@ pub unsafe fn device_attr(ctx: *mut ibv_context) -> Result<ibv_device_attr, crat
     // SAFETY: per the contract, and a writable attribute block.
     verr(unsafe { ibv_query_device(ctx, &mut a) }).map(|()| a)
 }
+
+/// The provider's extended block behind `ctx` when it is long enough to hold
+/// the member at `offset` (libibverbs' `verbs_get_ctx_op` test: the block
+/// grows at its front, so an older provider's is shorter).
+///
+/// # Safety
+/// `ctx` is NULL or an open device context.
+pub unsafe fn ext_ctx(ctx: *mut ibv_context, offset: usize) -> Option<&'static verbs_context> {
+    // SAFETY: per the contract; abi_compat says whether a verbs_context precedes it.
+    if ctx.is_null() || unsafe { (*ctx).abi_compat } as usize != __VERBS_ABI_IS_EXTENDED {
+        return None;
+    }
+    let at = std::mem::offset_of!(verbs_context, context);
+    // SAFETY: an extended context is the `context` member of a verbs_context,
+    // which lives as long as the device is open.
+    let v = unsafe { &*((ctx as *const u8).sub(at) as *const verbs_context) };
+    (v.sz >= std::mem::size_of::<verbs_context>() - offset).then_some(v)
+}
+
+/// A `verbs_context` operation of `ctx`'s provider, if it has one.
+macro_rules! ctx_op {
+    ($ctx:expr, $op:ident) => {
+        $crate::verbs::ext_ctx($ctx, ::std::mem::offset_of!(rdma_abi::verbs::verbs_context, $op))
+            .and_then(|v| v.$op)
+    };
+}
+pub(crate) use ctx_op;

@@ -22,8 +22,9 @@ notes = {
     "rdma_set_local_ece": CORE + " (EINVAL with a QP, vendor 0 or comp_mask)",
     "rdma_get_remote_ece": CORE + " (EINVAL with a QP)",
     "rdma_establish": "EINVAL if the id has a QP; else " + DEVICE,
-    "rdma_create_qp_ex": DEVICE + "; create flags (e.g. BLOCK_SELF_MCAST_LB): EOPNOTSUPP",
-    "rdma_create_srq_ex": "EOPNOTSUPP (extended/XRC SRQs not offered yet)",
+    "rdma_create_qp": DEVICE + "; one QP per id (EINVAL), the id's SRQ when none is given (`dev_qp_srq`)",
+    "rdma_create_qp_ex": DEVICE + "; beyond a PD, the provider's extended create (rxe: the `ibv_wr_*` API), EOPNOTSUPP without one, as upstream (`dev_qp_srq`)",
+    "rdma_create_srq_ex": DEVICE + "; basic SRQs, others through the provider; XRC needs the caller's XRC domain and CQ (EOPNOTSUPP: the library opens none)",
 }
 core = {"rdma_create_event_channel", "rdma_destroy_event_channel", "rdma_create_id", "rdma_destroy_id",
         "rdma_get_cm_event", "rdma_ack_cm_event", "rdma_event_str", "rdma_migrate_id", "rdma_freeaddrinfo",
