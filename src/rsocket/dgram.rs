@@ -11,6 +11,7 @@ use super::cm::{self, Id};
 use super::config::*;
 use super::iov::{Gather, Scatter};
 use super::opts::{self, Opts, SOL_RDMA};
+use super::poll::Count;
 use super::verbs::*;
 use super::wire::*;
 use crate::cm::registry::lock;
@@ -22,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 const GRH_LEN: usize = 40;
 const SLOT: usize = RS_SNDLOWAT;
@@ -72,7 +74,8 @@ pub struct DSt {
     conn_dest: Option<SocketAddr>,
     /// Received datagrams: (qp, slot, bytes incl. GRH).
     rmsgs: VecDeque<(usize, usize, usize)>,
-    waiters: u32,
+    /// The sleepers and the wake flag (see `Sleepers`).
+    sl: Sleepers,
     gen: u64,
     /// The UDP socket's port once bound (a port never changes after that):
     /// a send needs it for its header, without a getsockname each time.
@@ -85,6 +88,40 @@ pub struct Dgram {
     st: Mutex<DSt>,
     cond: Condvar,
     wake: Flag,
+}
+
+/// The sleepers of one datagram rsocket and its wake flag, under its lock.
+///
+/// A sleeper counts itself right after its last look at the state (under the
+/// lock of that look) and must be told, through the flag, of every change made
+/// after it. A raise is for the sleepers counted before it; one counted later
+/// has seen the change it announced. So the flag comes down once the last
+/// sleeper it was raised for has woken, whoever else sleeps by then. Lowering
+/// it only when no sleeper at all was left let two threads keep it up for each
+/// other: each woke, looked and counted itself again (under one lock hold)
+/// while the other was still counted, and both polled a raised flag in a loop
+/// until a datagram readied one of them.
+#[derive(Default)]
+struct Sleepers {
+    /// Counted since the last raise (the flag is not for them).
+    fresh: u32,
+    /// Counted before the last raise, not finished yet.
+    raised_for: u32,
+    /// Raises so far. A count returns it as the sleeper's ticket: equal at
+    /// `finish`, the sleeper is still fresh; older, the flag was raised for it.
+    epoch: u64,
+    /// Whether the flag is raised (only ever changed under the lock).
+    up: bool,
+    /// Threads in `Dgram::settle`, waiting on `cond`.
+    settling: u32,
+}
+
+impl Sleepers {
+    /// Counts a sleeper whose look just ended; returns its ticket.
+    fn count(&mut self) -> u64 {
+        self.fresh += 1;
+        self.epoch
+    }
 }
 
 /// v4-mapped IPv6 addresses become IPv4: one key per peer.
@@ -428,7 +465,7 @@ impl Dgram {
                 dests: HashMap::new(),
                 conn_dest: None,
                 rmsgs: VecDeque::new(),
-                waiters: 0,
+                sl: Sleepers::default(),
                 gen: 0,
                 port: 0,
             }),
@@ -464,11 +501,52 @@ impl Dgram {
         Ok(r)
     }
 
-    fn notify(&self, st: &DSt) {
-        if st.waiters > 0 {
-            self.wake.raise();
+    /// Tells the sleepers that the state changed (the caller bumped `gen`).
+    /// Only the fresh ones need the flag: it is still up for the others.
+    fn notify(&self, st: &mut DSt) {
+        let sl = &mut st.sl;
+        if sl.fresh > 0 {
+            if !sl.up {
+                self.wake.raise();
+                sl.up = true;
+            }
+            sl.raised_for += std::mem::take(&mut sl.fresh);
+            sl.epoch += 1;
         }
-        self.cond.notify_all();
+        // A notify is a futex syscall even with nobody waiting, and this runs on
+        // every completion a look processes.
+        if sl.settling > 0 {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Waits, counted nowhere, until the sleepers the wake flag is up for have
+    /// woken and lowered it, or the state changes from generation `gen`, or `ms`
+    /// pass. A sleeper that counted itself while the flag is up would poll a
+    /// raised flag, return at once and look again, over and over, until then.
+    /// Those sleepers only poll (the flag wakes them) and finish; holding no
+    /// count here, this thread is never one they wait for.
+    fn settle<'a>(&self, mut st: MutexGuard<'a, DSt>, gen: u64, ms: i32) -> MutexGuard<'a, DSt> {
+        let until = Instant::now() + Duration::from_millis(ms.max(1) as u64);
+        st.sl.settling += 1;
+        while st.sl.up && st.gen == gen && !st.closed {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = match self.cond.wait_timeout(st, left) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        st.sl.settling -= 1;
+        st
+    }
+
+    /// `settle` for rpoll and repoll, whose look read generation `gen`.
+    pub fn settle_after(&self, gen: u64, ms: i32) {
+        let st = self.lock();
+        drop(self.settle(st, gen, ms));
     }
 
     pub fn set_flags(&self, nonblock: bool, cloexec: bool) {
@@ -514,7 +592,7 @@ impl Dgram {
             st.dests.clear();
             st.rmsgs.clear();
             st.gen += 1;
-            self.notify(&st);
+            self.notify(&mut st);
             (std::mem::take(&mut st.qps), st.udp.take())
         };
         svc_unregister(self);
@@ -535,7 +613,7 @@ impl Dgram {
         let mut spin = super::poll::Spin::new(cfg.polling_time_us);
         loop {
             if st.progress() {
-                self.notify(&st);
+                self.notify(&mut st);
             }
             if st.closed {
                 return Err(Errno::EBADF);
@@ -553,22 +631,28 @@ impl Dgram {
             Self::arm_locked(&self.wake, &mut st, &mut fds);
             // Completions that came before the CQs were armed raise no event: look again.
             if st.progress() {
-                self.notify(&st);
+                self.notify(&mut st);
             }
             if ready(&st) || st.closed {
+                continue;
+            }
+            // Up for sleepers counted before this look: not for this one.
+            if st.sl.up {
+                let gen = st.gen;
+                st = self.settle(st, gen, cfg.wake_up_interval_ms);
                 continue;
             }
             // Counted only now, under the lock held since that look: a change made
             // by another thread after it raises the wake flag, and the look's own
             // progress did not raise it for this thread (a write, a poll that
             // returns at once and a read, for nothing).
-            st.waiters += 1;
+            let ticket = st.sl.count();
             drop(st);
             // SAFETY: a live pollfd array.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, cfg.wake_up_interval_ms) };
             let err = Errno::last();
             st = self.lock();
-            self.finish_locked(&mut st, (r >= 0).then_some(&fds[..]));
+            self.finish_locked(&mut st, ticket, (r >= 0).then_some(&fds[..]));
             if r < 0 && crate::sys::poll_error_ends_wait(err) {
                 return Err(err);
             }
@@ -587,15 +671,27 @@ impl Dgram {
         }
     }
 
-    /// Undoes the count of a sleeper. `polled`: the entries `arm_locked`
-    /// added, after the poll(2) that slept on them (None: no sleep).
+    /// Undoes the count of a sleeper (`ticket`: what its count returned).
+    /// `polled`: the entries `arm_locked` added, after the poll(2) that slept
+    /// on them (None: no sleep).
     /// A CQ event it read is processed here: another thread asleep on the same
     /// CQ no longer sees the fd readable, and this one (rpoll, repoll) may
     /// return for another rsocket without looking at this one again.
-    fn finish_locked(&self, st: &mut DSt, polled: Option<&[libc::pollfd]>) {
-        st.waiters = st.waiters.saturating_sub(1);
-        if st.waiters == 0 {
+    fn finish_locked(&self, st: &mut DSt, ticket: u64, polled: Option<&[libc::pollfd]>) {
+        let sl = &mut st.sl;
+        if ticket == sl.epoch {
+            sl.fresh = sl.fresh.saturating_sub(1);
+        } else {
+            sl.raised_for = sl.raised_for.saturating_sub(1);
+        }
+        // The last sleeper the flag was up for has woken; the fresh ones saw
+        // every change it announced.
+        if sl.raised_for == 0 && sl.up {
             self.wake.lower();
+            sl.up = false;
+            if sl.settling > 0 {
+                self.cond.notify_all();
+            }
         }
         let mut read = false;
         for q in st.qps.iter_mut() {
@@ -614,25 +710,28 @@ impl Dgram {
     /// Counts a sleeper that armed with `arm`, unless the state changed since
     /// its look read generation `gen` (a new QP bumps it too: its CQ is not in
     /// the sleeper's fds) or a CQ's event was read by another sleeper's finish
-    /// since (it would not wake this one): false, look again instead.
-    pub fn count_waiter(&self, gen: u64) -> bool {
+    /// since (it would not wake this one): look again instead. Busy: the wake
+    /// flag is up for older sleepers (`settle_after`, then look again).
+    pub fn count_waiter(&self, gen: u64) -> Count {
         let mut st = self.lock();
         if st.gen != gen || st.qps.iter().any(|q| !q.cq.armed()) {
-            return false;
+            return Count::Changed;
         }
-        st.waiters += 1;
-        true
+        if st.sl.up {
+            return Count::Busy;
+        }
+        Count::Counted(st.sl.count())
     }
 
-    pub fn finish(&self, polled: Option<&[libc::pollfd]>) {
+    pub fn finish(&self, ticket: u64, polled: Option<&[libc::pollfd]>) {
         let mut st = self.lock();
-        self.finish_locked(&mut st, polled);
+        self.finish_locked(&mut st, ticket, polled);
     }
 
     pub fn revents(&self, events: i16) -> (i16, u64) {
         let mut st = self.lock();
         if st.progress() {
-            self.notify(&st);
+            self.notify(&mut st);
         }
         if st.closed {
             return (libc::POLLNVAL, st.gen);
@@ -866,7 +965,7 @@ impl Dgram {
             let _ = q.send(self_ah, qpn, &h, &mut fill);
         }
         st.gen += 1;
-        self.notify(&st);
+        self.notify(&mut st);
     }
 }
 
@@ -941,5 +1040,73 @@ fn svc_run() {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.svc_read()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::readable_now;
+
+    /// A change made under the lock, as `progress` or a new QP makes one.
+    fn change(d: &Dgram, st: &mut DSt) {
+        st.gen += 1;
+        d.notify(st);
+    }
+
+    /// Two sleepers on one rsocket, woken by a change that readies neither:
+    /// the first to wake looks and counts itself again while the other is
+    /// still counted. Once the other has woken too the flag must be down, or
+    /// both poll a raised flag in a loop (the flag used to come down only when
+    /// no sleeper at all was counted, which this order never reaches).
+    #[test]
+    fn flag_comes_down_once_its_sleepers_woke() {
+        let d = Dgram::new(libc::AF_INET).unwrap();
+        let mut st = d.lock();
+        let a = st.sl.count();
+        let b = st.sl.count();
+        assert!(!readable_now(d.wake.raw()));
+        change(&d, &mut st);
+        assert!(readable_now(d.wake.raw()), "a change wakes the sleepers");
+        d.finish_locked(&mut st, a, None);
+        assert!(readable_now(d.wake.raw()), "still up: b has not woken");
+        let a = st.sl.count();
+        d.finish_locked(&mut st, b, None);
+        assert!(!readable_now(d.wake.raw()), "down: a looked after the change");
+        let b = st.sl.count();
+        change(&d, &mut st);
+        assert!(readable_now(d.wake.raw()), "the next change wakes both");
+        d.finish_locked(&mut st, b, None);
+        assert!(readable_now(d.wake.raw()), "up until a woke too");
+        d.finish_locked(&mut st, a, None);
+        assert!(!readable_now(d.wake.raw()));
+        assert_eq!((st.sl.fresh, st.sl.raised_for, st.sl.up), (0, 0, false));
+        drop(st);
+        d.close();
+    }
+
+    /// No wake-up is lost: the flag stays up from a change until every sleeper
+    /// counted before it has finished, also one counted between two changes.
+    #[test]
+    fn flag_stays_up_for_every_sleeper_counted_before_a_change() {
+        let d = Dgram::new(libc::AF_INET).unwrap();
+        let mut st = d.lock();
+        let a = st.sl.count();
+        change(&d, &mut st);
+        let c = st.sl.count();
+        change(&d, &mut st);
+        d.finish_locked(&mut st, a, None);
+        assert!(readable_now(d.wake.raw()), "c was counted before the second change");
+        d.finish_locked(&mut st, c, None);
+        assert!(!readable_now(d.wake.raw()));
+        // A change with nobody counted raises nothing; a sleeper counted after it is fresh.
+        change(&d, &mut st);
+        assert!(!readable_now(d.wake.raw()));
+        let e = st.sl.count();
+        d.finish_locked(&mut st, e, None);
+        assert!(!readable_now(d.wake.raw()));
+        assert_eq!((st.sl.fresh, st.sl.raised_for), (0, 0));
+        drop(st);
+        d.close();
     }
 }

@@ -222,18 +222,19 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
             .iter()
             .map(|(fd, s)| seen.get(fd).filter(|(t, _)| t.same(s)).map_or(u64::MAX, |&(_, gen)| gen))
             .collect();
-        if !sleep.count(&gens) {
-            sleep.finish(false);
-            continue;
-        }
         let mut slice = cfg.wake_up_interval_ms;
         if let Some(d) = deadline {
             slice = slice.min(d.saturating_duration_since(Instant::now()).as_millis() as i32 + 1);
         }
-        let (r, err) = sleep.poll(slice);
-        sleep.finish(r >= 0);
-        if r < 0 {
-            return Err(err);
+        // Not counted: look again (at once, unless the time is up).
+        if sleep.count(&gens, slice) {
+            let (r, err) = sleep.poll(slice);
+            sleep.finish(r >= 0);
+            if r < 0 {
+                return Err(err);
+            }
+        } else {
+            sleep.finish(false);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             let mut n = scan(&set, out, None);

@@ -28,26 +28,45 @@ impl Sock {
     }
 
     /// Counts the sleeper unless the state changed since generation `gen`
-    /// was read (false: look again instead of sleeping).
-    fn count_if(&self, gen: u64) -> bool {
+    /// was read.
+    fn count_if(&self, gen: u64) -> Count {
         match self {
-            Sock::Stream(s) => s.count_waiter(gen),
+            Sock::Stream(s) if s.count_waiter(gen) => Count::Counted(0),
+            Sock::Stream(_) => Count::Changed,
             Sock::Dgram(d) => d.count_waiter(gen),
         }
     }
 
+    /// After `Count::Busy` (datagram rsockets only), with no count held anywhere.
+    fn settle(&self, gen: u64, ms: i32) {
+        if let Sock::Dgram(d) = self {
+            d.settle_after(gen, ms);
+        }
+    }
+
     /// `polled`: this rsocket's entries after the poll(2) (None: no sleep);
-    /// `counted`: whether this sleeper was counted.
-    pub fn finish(&self, counted: bool, polled: Option<&[libc::pollfd]>) {
-        match self {
-            Sock::Stream(s) if counted => {
+    /// `ticket`: what counting this sleeper returned (None: not counted).
+    pub fn finish(&self, ticket: Option<u64>, polled: Option<&[libc::pollfd]>) {
+        match (self, ticket) {
+            (Sock::Stream(s), Some(_)) => {
                 let mut st = s.lock();
                 s.finish(&mut st, polled);
             }
-            Sock::Dgram(d) if counted => d.finish(polled),
+            (Sock::Dgram(d), Some(t)) => d.finish(t, polled),
             _ => {}
         }
     }
+}
+
+/// What counting a sleeper on an rsocket gave.
+pub enum Count {
+    /// Counted; the ticket goes back to its `finish`.
+    Counted(u64),
+    /// The state changed since the look: look again instead of sleeping.
+    Changed,
+    /// The rsocket's wake flag is still up for sleepers counted before the
+    /// look (datagram rsockets): wait for them to lower it, then look again.
+    Busy,
 }
 
 /// Busy-polling for `polling_time` µs before a wait sleeps (rsocket.md §5).
@@ -81,8 +100,9 @@ impl Spin {
 /// an early return cannot leave a rsocket counting a sleeper that left).
 pub struct Sleep<'a> {
     fds: Vec<libc::pollfd>,
-    /// Each rsocket, where its entries start, and whether it counts this sleeper.
-    socks: Vec<(&'a Sock, usize, bool)>,
+    /// Each rsocket, where its entries start, and this sleeper's ticket there
+    /// once counted.
+    socks: Vec<(&'a Sock, usize, Option<u64>)>,
     finished: bool,
 }
 
@@ -103,19 +123,29 @@ impl<'a> Sleep<'a> {
     pub fn arm(&mut self, s: &'a Sock) {
         let start = self.fds.len();
         s.arm(&mut self.fds);
-        self.socks.push((s, start, false));
+        self.socks.push((s, start, None));
     }
 
     /// Counts this sleeper on every rsocket `arm` added, each if its state is
     /// still at the generation that look read (`gens`, in the order added);
-    /// false when one changed: do not sleep, look again.
-    pub fn count(&mut self, gens: &[u64]) -> bool {
-        for ((s, _, counted), &gen) in self.socks.iter_mut().zip(gens) {
-            if !*counted {
-                if !s.count_if(gen) {
+    /// false when one changed: do not sleep, look again. On an rsocket whose
+    /// wake flag is still up for older sleepers it also waits for them first
+    /// (at most `ms`, the sleep it would have had), having given back every
+    /// count (see `Dgram::settle`).
+    pub fn count(&mut self, gens: &[u64], ms: i32) -> bool {
+        for (i, &gen) in gens.iter().enumerate().take(self.socks.len()) {
+            let (s, _, ticket) = self.socks[i];
+            if ticket.is_some() {
+                continue;
+            }
+            match s.count_if(gen) {
+                Count::Counted(t) => self.socks[i].2 = Some(t),
+                Count::Changed => return false,
+                Count::Busy => {
+                    self.finish(false);
+                    s.settle(gen, ms);
                     return false;
                 }
-                *counted = true;
             }
         }
         true
@@ -133,9 +163,9 @@ impl<'a> Sleep<'a> {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        for (i, &(s, start, counted)) in self.socks.iter().enumerate() {
+        for (i, &(s, start, ticket)) in self.socks.iter().enumerate() {
             let end = self.socks.get(i + 1).map_or(self.fds.len(), |n| n.1);
-            s.finish(counted, slept.then(|| &self.fds[start..end]));
+            s.finish(ticket, slept.then(|| &self.fds[start..end]));
         }
     }
 }
@@ -212,14 +242,17 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
             wait.finish(false);
             return Ok(n);
         }
-        if !wait.count(&gens) {
-            wait.finish(false);
-            continue;
-        }
         let mut slice = cfg.wake_up_interval_ms;
         if let Some(d) = deadline {
             let left = d.saturating_duration_since(Instant::now());
             slice = slice.min(left.as_millis() as i32 + if left.as_nanos() % 1_000_000 != 0 { 1 } else { 0 });
+        }
+        if !wait.count(&gens, slice) {
+            wait.finish(false);
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return scan(fds, &socks, &mut plain, &idx, &mut gens);
+            }
+            continue;
         }
         let (r, err) = wait.poll(slice);
         wait.finish(r >= 0);

@@ -56,7 +56,7 @@ else ko "build" "compiler errors" "$out/build.log"; fi
 
 # --- the C checks: each gets its own block of ports ---
 port=$BASE
-for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup signal_eintr dgram_eintr sockopts keepalive cycles duplex; do
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers signal_eintr dgram_eintr sockopts keepalive cycles duplex; do
 	want "$n" || { port=$((port+10)); continue; }
 	if timeout 90 "$L" "build/rsocket/$n" $port > "$out/$n.log" 2>&1 && ! grep -q '^FAIL' "$out/$n.log"; then
 		ok "$n ($(grep -c '^ok' "$out/$n.log") checks)"
@@ -89,7 +89,7 @@ fi
 # 60 s interval a lost wake-up fails them
 if want wakeups; then
 	wconf=$PWD/$out/conf-wakeups; mkdir -p "$wconf"; echo 60000 > "$wconf/wake_up_interval"
-	for n in rpoll_readiness shutdown_eof duplex dgram_wakeup repoll; do
+	for n in rpoll_readiness shutdown_eof duplex dgram_wakeup dgram_sleepers repoll; do
 		if RDMACM_RS_RSOCKET_CONF=$wconf timeout 120 "$L" "build/rsocket/$n" $port > "$out/wakeups-$n.log" 2>&1 \
 			&& ! grep -q '^FAIL' "$out/wakeups-$n.log"; then ok "$n, no periodic re-scan"
 		else ko "$n, no periodic re-scan" "failed" "$out/wakeups-$n.log"; fi
@@ -139,7 +139,7 @@ duo() {
 }
 
 # --- rstream: sizes, non-blocking (default) and blocking, data verified ---
-port=$((BASE+220)) # past the C checks' ports (13 programs, msg-send, wakeups, preload: 202)
+port=$((BASE+240)) # past the C checks' ports (14 programs, msg-send, wakeups, preload: 222)
 for mode in n b; do
 	for s in 64 4096 65536 1048576; do
 		c=1000; [ $s -ge 1048576 ] && c=100
