@@ -628,7 +628,7 @@ impl Dgram {
                 continue;
             }
             let mut fds = Vec::new();
-            Self::arm_locked(&self.wake, &mut st, &mut fds);
+            Self::arm_locked(&self.wake, &mut st, &mut fds)?;
             // Completions that came before the CQs were armed raise no event: look again.
             if st.progress() {
                 self.notify(&mut st);
@@ -662,13 +662,17 @@ impl Dgram {
     /// Adds what a sleeper polls: the wake flag and each QP's CQ, armed. The
     /// sleeper is counted (so that changes raise the flag) only after its last
     /// look: by `wait` under the lock of that look, by rpoll in `count_waiter`.
-    fn arm_locked(wake: &Flag, st: &mut DSt, fds: &mut Vec<libc::pollfd>) {
+    /// A CQ that cannot be armed fails the wait with the verbs error: its
+    /// completions would raise no event, so a sleep would miss them, and
+    /// rpoll's count refuses an unarmed CQ (it would look and arm again in a
+    /// loop). Upstream ignores the error and sleeps through them.
+    fn arm_locked(wake: &Flag, st: &mut DSt, fds: &mut Vec<libc::pollfd>) -> Result<()> {
         fds.push(libc::pollfd { fd: wake.raw(), events: libc::POLLIN, revents: 0 });
         for q in st.qps.iter_mut() {
-            if q.cq.arm().is_ok() {
-                fds.push(libc::pollfd { fd: q.cq.fd(), events: libc::POLLIN, revents: 0 });
-            }
+            q.cq.arm()?;
+            fds.push(libc::pollfd { fd: q.cq.fd(), events: libc::POLLIN, revents: 0 });
         }
+        Ok(())
     }
 
     /// Undoes the count of a sleeper (`ticket`: what its count returned).
@@ -702,9 +706,9 @@ impl Dgram {
         }
     }
 
-    pub fn arm(&self, fds: &mut Vec<libc::pollfd>) {
+    pub fn arm(&self, fds: &mut Vec<libc::pollfd>) -> Result<()> {
         let mut st = self.lock();
-        Self::arm_locked(&self.wake, &mut st, fds);
+        Self::arm_locked(&self.wake, &mut st, fds)
     }
 
     /// Counts a sleeper that armed with `arm`, unless the state changed since

@@ -206,7 +206,7 @@ pub unsafe fn wait(epfd: i32, events: *mut libc::epoll_event, maxevents: i32, ti
             lock(&set.entries).iter().filter(|(_, e)| !e.disabled).map(|(&fd, e)| (fd, e.sock.clone())).collect();
         let mut sleep = Sleep::new(vec![libc::pollfd { fd: epfd, events: libc::POLLIN, revents: 0 }]);
         for (_, s) in &socks {
-            sleep.arm(s);
+            sleep.arm(s)?;
         }
         // Completions that came before the CQs were armed raise no event: look again.
         let mut seen = HashMap::with_capacity(socks.len());

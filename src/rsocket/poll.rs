@@ -20,9 +20,21 @@ impl Sock {
 
     /// Adds what a sleeper on this rsocket polls (its CQs armed), without
     /// counting the sleeper: `count_if` does, after the caller's last look.
-    pub fn arm(&self, fds: &mut Vec<libc::pollfd>) {
+    /// Fails when a CQ cannot be armed (see `Dgram::arm_locked`).
+    pub fn arm(&self, fds: &mut Vec<libc::pollfd>) -> Result<()> {
         match self {
-            Sock::Stream(s) => s.arm(&mut s.lock(), fds),
+            Sock::Stream(s) => {
+                let mut st = s.lock();
+                s.arm(&mut st, fds);
+                // Stream::arm leaves a CQ it could not arm out of the sleep, and
+                // its count_waiter then refuses the sleeper: rpoll looked and
+                // armed again in a loop. Ask once more, for the error.
+                if let Some(c) = st.conn.as_mut().filter(|c| !c.cq.armed()) {
+                    c.cq.arm()?;
+                    fds.push(libc::pollfd { fd: c.cq.fd(), events: libc::POLLIN, revents: 0 });
+                }
+                Ok(())
+            }
             Sock::Dgram(d) => d.arm(fds),
         }
     }
@@ -120,10 +132,11 @@ impl<'a> Sleep<'a> {
     /// Adds `s` (its CQ armed) without counting this sleeper yet: the look the
     /// caller takes next may change it, and a counted sleeper would then be
     /// woken by its own change. `count` after that look.
-    pub fn arm(&mut self, s: &'a Sock) {
+    pub fn arm(&mut self, s: &'a Sock) -> Result<()> {
         let start = self.fds.len();
-        s.arm(&mut self.fds);
+        // Recorded first: the entries a failing arm added still belong to this rsocket.
         self.socks.push((s, start, None));
+        s.arm(&mut self.fds)
     }
 
     /// Counts this sleeper on every rsocket `arm` added, each if its state is
@@ -234,7 +247,7 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32> {
         }
         let mut wait = Sleep::new(plain.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect());
         for s in socks.iter().flatten() {
-            wait.arm(s);
+            wait.arm(s)?;
         }
         // Completions that came before the CQs were armed raise no event: look again.
         let n = scan(fds, &socks, &mut plain, &idx, &mut gens)?;

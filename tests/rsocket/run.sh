@@ -2,10 +2,10 @@
 # rsockets end to end, over the soft RDMA fabric on 127.0.0.1 (issue 5):
 #   * the C checks of c-examples/rsocket (non-blocking connect, rpoll readiness,
 #     shutdown/EOF and dead peers, riomap/riowrite placement, repoll, datagrams,
-#     socket options, signals (EINTR), keepalives, resources returned over
-#     300 connection cycles, full duplex from two threads per end), also in
-#     iWARP's message mode, and the preload checks program (kernel TCP, then
-#     under the preload)
+#     socket options, signals (EINTR), a CQ that cannot be armed, keepalives,
+#     resources returned over 300 connection cycles, full duplex from two
+#     threads per end), also in iWARP's message mode, and the preload checks
+#     program (kernel TCP, then under the preload)
 #   * Debian's rstream (several sizes, bandwidth and latency, non-blocking and
 #     blocking, data verified; RS_FULL=1 adds its whole default run),
 #     riostream, udpong and rcopy (file compared with cmp), ours on both sides
@@ -56,7 +56,7 @@ else ko "build" "compiler errors" "$out/build.log"; fi
 
 # --- the C checks: each gets its own block of ports ---
 port=$BASE
-for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers signal_eintr dgram_eintr sockopts keepalive cycles duplex; do
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers signal_eintr dgram_eintr arm_failure sockopts keepalive cycles duplex; do
 	want "$n" || { port=$((port+10)); continue; }
 	if timeout 90 "$L" "build/rsocket/$n" $port > "$out/$n.log" 2>&1 && ! grep -q '^FAIL' "$out/$n.log"; then
 		ok "$n ($(grep -c '^ok' "$out/$n.log") checks)"
@@ -139,7 +139,7 @@ duo() {
 }
 
 # --- rstream: sizes, non-blocking (default) and blocking, data verified ---
-port=$((BASE+240)) # past the C checks' ports (14 programs, msg-send, wakeups, preload: 222)
+port=$((BASE+240)) # past the C checks' ports (15 programs, msg-send, wakeups, preload: 232)
 for mode in n b; do
 	for s in 64 4096 65536 1048576; do
 		c=1000; [ $s -ge 1048576 ] && c=100
