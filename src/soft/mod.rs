@@ -18,6 +18,8 @@ pub mod sock;
 pub mod wire;
 
 #[cfg(test)]
+mod port_tests;
+#[cfg(test)]
 mod race_tests;
 
 pub use phase::{Phase, PhaseCell};
@@ -276,7 +278,7 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     if !net::is_local(a.ip()) {
         return Err(sock::unavailable());
     }
-    let udp = s.is_ud();
+    let (ps, udp) = (s.ps(), s.is_ud());
     let fd = sock::bind(&a, udp)?;
     let real = sock::local_addr(&fd)?;
     // Checked, recorded and moved under one hold: of two racing binds the
@@ -290,7 +292,7 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     // Checked above in this hold: cannot fail.
     st.phase.step(|p| p == Phase::Idle, Phase::Bound).map_err(|_| Errno::EINVAL)?;
     st.bound = Some(fd);
-    st.claim = Some(ports::PortClaim::new(udp, real));
+    st.claim = Some(ports::PortClaim::new(ps, real));
     st.src = Some(real);
     Ok(())
 }

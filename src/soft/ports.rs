@@ -2,31 +2,33 @@
 //! port through REUSEADDR only while none of them listens: a listen on a
 //! port another id holds (same port space, an overlapping address) fails
 //! with EADDRINUSE. TCP is laxer (one of the sharers may listen), so the soft
-//! CM keeps this account itself. Ids of other processes are not seen.
+//! CM keeps this account itself. Ids of other processes are not seen. Each
+//! RDMA_PS is a port space of its own, as in the kernel CM, even where two
+//! share a socket type (UDP and IPOIB both live on UDP ports here).
 
 use crate::cm::registry::KeyMap;
 use crate::sys::Errno;
 use std::net::SocketAddr;
 use std::sync::{LazyLock, Mutex};
 
-/// (datagram port space, port) -> the bound address of each holder.
-static HELD: LazyLock<Mutex<KeyMap<(bool, u16), Vec<SocketAddr>>>> = LazyLock::new(Default::default);
+/// (RDMA_PS, port) -> the bound address of each holder.
+static HELD: LazyLock<Mutex<KeyMap<(u32, u16), Vec<SocketAddr>>>> = LazyLock::new(Default::default);
 
-fn held() -> std::sync::MutexGuard<'static, KeyMap<(bool, u16), Vec<SocketAddr>>> {
+fn held() -> std::sync::MutexGuard<'static, KeyMap<(u32, u16), Vec<SocketAddr>>> {
     crate::cm::registry::lock(&HELD)
 }
 
 /// One id's hold on its bound port, released when dropped.
 #[derive(Debug)]
 pub struct PortClaim {
-    udp: bool,
+    ps: u32,
     addr: SocketAddr,
 }
 
 impl PortClaim {
-    pub fn new(udp: bool, addr: SocketAddr) -> PortClaim {
-        held().entry((udp, addr.port())).or_default().push(addr);
-        PortClaim { udp, addr }
+    pub fn new(ps: u32, addr: SocketAddr) -> PortClaim {
+        held().entry((ps, addr.port())).or_default().push(addr);
+        PortClaim { ps, addr }
     }
 
     /// Why a listen must fail while another id holds the same port on an
@@ -36,7 +38,7 @@ impl PortClaim {
     pub fn conflict(&self) -> Option<Errno> {
         let h = held();
         let mine = self.addr.ip();
-        let mut others: Vec<&SocketAddr> = h.get(&(self.udp, self.addr.port()))?.iter().filter(|a| a.is_ipv4() == self.addr.is_ipv4()).collect();
+        let mut others: Vec<&SocketAddr> = h.get(&(self.ps, self.addr.port()))?.iter().filter(|a| a.is_ipv4() == self.addr.is_ipv4()).collect();
         if let Some(i) = others.iter().position(|a| **a == self.addr) {
             others.swap_remove(i); // our own entry
         }
@@ -53,7 +55,7 @@ impl PortClaim {
 impl Drop for PortClaim {
     fn drop(&mut self) {
         let mut h = held();
-        let key = (self.udp, self.addr.port());
+        let key = (self.ps, self.addr.port());
         if let Some(v) = h.get_mut(&key) {
             if let Some(i) = v.iter().position(|a| *a == self.addr) {
                 v.swap_remove(i);
@@ -68,6 +70,7 @@ impl Drop for PortClaim {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_abi::cma::{RDMA_PS_IPOIB, RDMA_PS_TCP, RDMA_PS_UDP};
 
     #[test]
     fn a_listen_conflicts_while_two_claims_overlap() {
@@ -77,19 +80,21 @@ mod tests {
         let any6: SocketAddr = "[::]:61001".parse().unwrap();
         let inuse = Some(Errno(libc::EADDRINUSE));
         let notavail = Some(Errno(libc::EADDRNOTAVAIL));
-        let first = PortClaim::new(false, a);
+        let first = PortClaim::new(RDMA_PS_TCP, a);
         assert_eq!(first.conflict(), None);
-        let udp = PortClaim::new(true, a);
+        let udp = PortClaim::new(RDMA_PS_UDP, a);
         assert!(first.conflict().is_none() && udp.conflict().is_none(), "the port spaces are apart");
-        let elsewhere = PortClaim::new(false, other_ip);
+        let ipoib = PortClaim::new(RDMA_PS_IPOIB, a);
+        assert!(udp.conflict().is_none() && ipoib.conflict().is_none(), "UDP and IPOIB are two port spaces, though both on UDP ports here");
+        let elsewhere = PortClaim::new(RDMA_PS_TCP, other_ip);
         assert_eq!(first.conflict(), None, "another address on the same port does not overlap");
-        let v6 = PortClaim::new(false, any6);
+        let v6 = PortClaim::new(RDMA_PS_TCP, any6);
         assert!(first.conflict().is_none() && v6.conflict().is_none(), "the families are apart");
-        let second = PortClaim::new(false, a);
+        let second = PortClaim::new(RDMA_PS_TCP, a);
         assert!(first.conflict() == inuse && second.conflict() == inuse);
         drop(second);
         assert_eq!(first.conflict(), None, "a dropped claim releases the port");
-        let wildcard = PortClaim::new(false, any);
+        let wildcard = PortClaim::new(RDMA_PS_TCP, any);
         assert!(first.conflict() == notavail && elsewhere.conflict() == notavail && wildcard.conflict() == notavail);
     }
 }

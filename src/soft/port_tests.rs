@@ -1,0 +1,84 @@
+//! The kernel CM's port rules as the soft CM's calls answer them: ids made
+//! and driven through the backend, as rdma_create_id, rdma_set_option,
+//! rdma_bind_addr and rdma_listen would. Only wildcard addresses: a specific
+//! one needs the soft device, which unit tests do not load. Each test gets
+//! its port from the system (port 0) so that tests running beside it, here
+//! or in other processes, cannot take it first. The expected errnos are what
+//! Debian's library answered on rxe for the same calls.
+
+use super::{soft_id, Soft};
+use crate::backend::Backend;
+use crate::cm::options::Opt;
+use crate::cm::{ChannelBox, IdBox, IdCore};
+use crate::sys::{Errno, Result};
+use rdma_abi::cma::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+const INUSE: Result<()> = Err(Errno(libc::EADDRINUSE));
+const NOTAVAIL: Result<()> = Err(Errno(libc::EADDRNOTAVAIL));
+
+/// A channel and the ids made on it, destroyed with it.
+struct Rig {
+    chp: *mut rdma_event_channel,
+    ids: Vec<(*mut rdma_cm_id, Arc<IdCore>)>,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig { chp: ChannelBox::create().unwrap(), ids: Vec::new() }
+    }
+
+    /// A new id of port space `ps`, with REUSEADDR set when `reuse`.
+    fn id(&mut self, ps: u32, reuse: bool) -> Arc<IdCore> {
+        let (id, core) = IdBox::create_core(self.chp, std::ptr::null_mut(), ps, None).unwrap();
+        self.ids.push((id, core.clone()));
+        if reuse {
+            opt(&core, Opt::ReuseAddr(true)).unwrap();
+        }
+        core
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for (id, core) in self.ids.drain(..) {
+            drop_id(id, &core);
+        }
+        let _ = ChannelBox::destroy(self.chp);
+    }
+}
+
+fn drop_id(id: *mut rdma_cm_id, core: &Arc<IdCore>) {
+    Soft.destroy(core);
+    let _ = IdBox::destroy(id);
+}
+
+/// rdma_set_option's two steps: the value kept on the id, then the backend.
+fn opt(core: &Arc<IdCore>, o: Opt) -> Result<()> {
+    core.state().options.apply(o.clone(), false)?;
+    Soft.set_option(core, &o)
+}
+
+fn bind(core: &Arc<IdCore>, a: &str) -> Result<()> {
+    let a: SocketAddr = a.parse().unwrap();
+    let mut st = [0u8; 128];
+    super::net::to_storage(&a, &mut st);
+    Soft.bind(core, &st[..if a.is_ipv4() { 16 } else { 28 }])
+}
+
+fn port(core: &Arc<IdCore>) -> u16 {
+    soft_id(core).st().src.unwrap().port()
+}
+
+#[test]
+fn udp_and_ipoib_are_two_port_spaces() {
+    let mut r = Rig::new();
+    let udp = r.id(RDMA_PS_UDP, true);
+    bind(&udp, "0.0.0.0:0").unwrap();
+    let p = port(&udp);
+    let ipoib = r.id(RDMA_PS_IPOIB, true);
+    assert_eq!(bind(&ipoib, &format!("0.0.0.0:{p}")), Ok(()));
+    assert_eq!(Soft.listen(&udp, 1), Ok(()), "the IPOIB id's hold on the port is in another space");
+    assert_eq!(Soft.listen(&ipoib, 1), Ok(()));
+}
