@@ -279,8 +279,18 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
         return Err(sock::unavailable());
     }
     let (ps, udp) = (s.ps(), s.is_ud());
+    let reuse = s.core.state().options.reuseaddr == Some(true);
+    // A given port is claimed before the socket takes it: the sockets share
+    // any port (sock::bind), and where TCP does refuse it says EADDRINUSE
+    // for what the kernel CM calls EADDRNOTAVAIL.
+    let given = if a.port() != 0 { Some(ports::PortClaim::take(ps, a, reuse)?) } else { None };
     let fd = sock::bind(&a, udp)?;
     let real = sock::local_addr(&fd)?;
+    // A port the system picked is one no socket of ours is bound to.
+    let claim = match given {
+        Some(c) => c,
+        None => ports::PortClaim::take(ps, real, reuse).map_err(|_| sock::unavailable())?,
+    };
     // Checked, recorded and moved under one hold: of two racing binds the
     // loser changes nothing (set_addrs takes the core's lock after ours, as
     // posting an event does).
@@ -292,7 +302,7 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     // Checked above in this hold: cannot fail.
     st.phase.step(|p| p == Phase::Idle, Phase::Bound).map_err(|_| Errno::EINVAL)?;
     st.bound = Some(fd);
-    st.claim = Some(ports::PortClaim::new(ps, real));
+    st.claim = Some(claim);
     st.src = Some(real);
     Ok(())
 }
@@ -367,15 +377,15 @@ impl Backend for Soft {
         if st.phase.get() != Phase::Bound {
             return Err(Errno::EINVAL);
         }
-        // The kernel CM checks the port only for an id with REUSEADDR (without
-        // it a second bind would have failed; ours always succeed, see sock::bind).
-        if s.core.state().options.reuseaddr == Some(true) {
-            if let Some(e) = st.claim.as_ref().and_then(ports::PortClaim::conflict) {
-                return Err(e); // the kernel CM's rule (ports.rs)
-            }
-        }
+        // The kernel CM's rule for a listener's port (ports.rs), which TCP's
+        // listen would not apply.
+        let claim = st.claim.as_ref().ok_or(Errno::EINVAL)?;
+        let had_reuse = claim.listen()?;
         if !s.is_ud() {
-            sock::listen(st.bound.as_ref().ok_or(Errno::EINVAL)?, backlog)?;
+            if let Err(e) = sock::listen(st.bound.as_ref().ok_or(Errno::EINVAL)?, backlog) {
+                claim.set_reuse(had_reuse); // a failed listen leaves the id as it was
+                return Err(e);
+            }
         }
         let fd = st.bound.take().ok_or(Errno::EINVAL)?;
         let e = engine::get();
@@ -452,6 +462,13 @@ impl Backend for Soft {
         let s = soft_id(id);
         match opt {
             Opt::ReuseAddr(_) | Opt::AfOnly(_) if !matches!(s.phase(), Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
+            Opt::ReuseAddr(v) => {
+                // A bound id's holders read it at their next check, as the kernel CM's do.
+                if let Some(c) = &s.st().claim {
+                    c.set_reuse(*v);
+                }
+                Ok(())
+            }
             Opt::IbPath(_) => {
                 route_resolved(&s)?;
                 if id.is_sync() {

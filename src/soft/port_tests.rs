@@ -15,7 +15,6 @@ use rdma_abi::cma::*;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-const INUSE: Result<()> = Err(Errno(libc::EADDRINUSE));
 const NOTAVAIL: Result<()> = Err(Errno(libc::EADDRNOTAVAIL));
 
 /// A channel and the ids made on it, destroyed with it.
@@ -81,4 +80,40 @@ fn udp_and_ipoib_are_two_port_spaces() {
     assert_eq!(bind(&ipoib, &format!("0.0.0.0:{p}")), Ok(()));
     assert_eq!(Soft.listen(&udp, 1), Ok(()), "the IPOIB id's hold on the port is in another space");
     assert_eq!(Soft.listen(&ipoib, 1), Ok(()));
+}
+
+#[test]
+fn ids_without_reuseaddr_do_not_share_a_port() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false));
+    bind(&a, "0.0.0.0:0").unwrap();
+    let p = port(&a);
+    assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL);
+    let c = r.id(RDMA_PS_TCP, true);
+    assert_eq!(bind(&c, &format!("0.0.0.0:{p}")), NOTAVAIL, "REUSEADDR on one side only does not share");
+    assert_eq!(bind(&b, "0.0.0.0:0"), Ok(()), "a refused bind leaves the id unbound");
+}
+
+#[test]
+fn a_ud_listeners_port_is_its_own() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_UDP, true), r.id(RDMA_PS_UDP, true));
+    bind(&a, "0.0.0.0:0").unwrap();
+    let p = port(&a);
+    assert_eq!(Soft.listen(&a, 1), Ok(()));
+    assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL);
+}
+
+#[test]
+fn reuseaddr_set_after_bind_counts() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, true));
+    bind(&a, "0.0.0.0:0").unwrap();
+    let p = port(&a);
+    assert_eq!(opt(&a, Opt::ReuseAddr(true)), Ok(()));
+    assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), Ok(()));
+    assert_eq!(Soft.listen(&a, 1), NOTAVAIL, "another id holds the port");
+    let (bid, _) = r.ids.pop().unwrap();
+    drop_id(bid, &b);
+    assert_eq!(Soft.listen(&a, 1), Ok(()));
 }

@@ -1,65 +1,114 @@
-//! The ports the process's ids are bound to. The kernel CM lets ids share a
-//! port through REUSEADDR only while none of them listens: a listen on a
-//! port another id holds (same port space, an overlapping address) fails
-//! with EADDRINUSE. TCP is laxer (one of the sharers may listen), so the soft
-//! CM keeps this account itself. Ids of other processes are not seen. Each
+//! The ports the process's ids are bound to, and the kernel CM's rules for
+//! sharing one (its bind list check), which TCP and UDP do not give us: the
+//! soft CM's sockets always set SO_REUSEADDR (sock::bind), TCP lets one of
+//! two sharers listen, UDP has no listen at all.
+//!
+//! An id may bind a port that others hold on an overlapping address only if
+//! it and every such holder have REUSEADDR and none of them listens; a
+//! listen makes the port the listener's alone, so it fails while another id
+//! holds it and refuses every later bind. A refusal is EADDRNOTAVAIL when
+//! either address is the wildcard, EADDRINUSE for the same address. Each
 //! RDMA_PS is a port space of its own, as in the kernel CM, even where two
 //! share a socket type (UDP and IPOIB both live on UDP ports here).
+//! Ids of other processes are not seen.
 
 use crate::cm::registry::KeyMap;
-use crate::sys::Errno;
+use crate::sys::{Errno, Result};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-/// (RDMA_PS, port) -> the bound address of each holder.
-static HELD: LazyLock<Mutex<KeyMap<(u32, u16), Vec<SocketAddr>>>> = LazyLock::new(Default::default);
+struct Holder {
+    /// Tells a claim's own entry from another on the same address.
+    serial: u64,
+    addr: SocketAddr,
+    /// REUSEADDR, as the id has it now; cleared by a listen.
+    reuse: bool,
+}
 
-fn held() -> std::sync::MutexGuard<'static, KeyMap<(u32, u16), Vec<SocketAddr>>> {
+/// (RDMA_PS, port) -> its holders, oldest first.
+static HELD: LazyLock<Mutex<KeyMap<(u32, u16), Vec<Holder>>>> = LazyLock::new(Default::default);
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+fn held() -> std::sync::MutexGuard<'static, KeyMap<(u32, u16), Vec<Holder>>> {
     crate::cm::registry::lock(&HELD)
+}
+
+/// Why `me` may not hold its port beside `other`; `reuse` is whether `me`
+/// asks to share (a listen never does). The families stay apart (the soft
+/// CM's sockets are IPV6_V6ONLY).
+fn clash(me: &Holder, other: &Holder, reuse: bool) -> Option<Errno> {
+    if reuse && other.reuse || me.addr.is_ipv4() != other.addr.is_ipv4() {
+        None
+    } else if me.addr.ip().is_unspecified() || other.addr.ip().is_unspecified() {
+        Some(Errno(libc::EADDRNOTAVAIL))
+    } else if me.addr.ip() == other.addr.ip() {
+        Some(Errno(libc::EADDRINUSE))
+    } else {
+        None
+    }
+}
+
+/// The first refusal among `holders` other than `me`, newest first, as the
+/// kernel walks its list (it adds at the head).
+fn check(holders: &[Holder], me: &Holder, reuse: bool) -> Result<()> {
+    match holders.iter().rev().filter(|h| h.serial != me.serial).find_map(|h| clash(me, h, reuse)) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// One id's hold on its bound port, released when dropped.
 #[derive(Debug)]
 pub struct PortClaim {
     ps: u32,
-    addr: SocketAddr,
+    port: u16,
+    serial: u64,
 }
 
 impl PortClaim {
-    pub fn new(ps: u32, addr: SocketAddr) -> PortClaim {
-        held().entry((ps, addr.port())).or_default().push(addr);
-        PortClaim { ps, addr }
+    /// rdma_bind_addr's check: takes `addr`'s port in space `ps` unless
+    /// another id's hold forbids it. `reuse`: the id has REUSEADDR.
+    pub fn take(ps: u32, addr: SocketAddr, reuse: bool) -> Result<PortClaim> {
+        let me = Holder { serial: SERIAL.fetch_add(1, Ordering::Relaxed), addr, reuse };
+        let mut h = held();
+        let holders = h.entry((ps, addr.port())).or_default();
+        check(holders, &me, reuse)?;
+        let claim = PortClaim { ps, port: addr.port(), serial: me.serial };
+        holders.push(me);
+        Ok(claim)
     }
 
-    /// Why a listen must fail while another id holds the same port on an
-    /// address that overlaps ours, as the kernel CM answers: EADDRNOTAVAIL
-    /// when either is the wildcard, EADDRINUSE for the same address. The
-    /// families stay apart (the soft CM's sockets are IPV6_V6ONLY).
-    pub fn conflict(&self) -> Option<Errno> {
-        let h = held();
-        let mine = self.addr.ip();
-        let mut others: Vec<&SocketAddr> = h.get(&(self.ps, self.addr.port()))?.iter().filter(|a| a.is_ipv4() == self.addr.is_ipv4()).collect();
-        if let Some(i) = others.iter().position(|a| **a == self.addr) {
-            others.swap_remove(i); // our own entry
-        }
-        if others.iter().any(|a| a.ip().is_unspecified() || mine.is_unspecified()) {
-            Some(Errno(libc::EADDRNOTAVAIL))
-        } else if others.iter().any(|a| a.ip() == mine) {
-            Some(Errno(libc::EADDRINUSE))
-        } else {
-            None
-        }
+    /// rdma_listen's check: the port must be ours alone on our address;
+    /// from then on it is (REUSEADDR no longer shares it). Returns whether
+    /// the id had REUSEADDR, for `set_reuse` to restore if the listen fails
+    /// further on.
+    pub fn listen(&self) -> Result<bool> {
+        self.with_mine(|holders, i| {
+            check(holders, &holders[i], false)?;
+            Ok(std::mem::replace(&mut holders[i].reuse, false))
+        })
+    }
+
+    /// REUSEADDR changed on the bound id: the kernel CM reads it live.
+    pub fn set_reuse(&self, reuse: bool) {
+        self.with_mine(|holders, i| holders[i].reuse = reuse)
+    }
+
+    fn with_mine<T>(&self, f: impl FnOnce(&mut Vec<Holder>, usize) -> T) -> T {
+        let mut h = held();
+        let holders = h.get_mut(&(self.ps, self.port)).expect("a live claim has its entry");
+        let i = holders.iter().position(|x| x.serial == self.serial).expect("a live claim has its entry");
+        f(holders, i)
     }
 }
 
 impl Drop for PortClaim {
     fn drop(&mut self) {
         let mut h = held();
-        let key = (self.ps, self.addr.port());
+        let key = (self.ps, self.port);
         if let Some(v) = h.get_mut(&key) {
-            if let Some(i) = v.iter().position(|a| *a == self.addr) {
-                v.swap_remove(i);
-            }
+            v.retain(|x| x.serial != self.serial);
             if v.is_empty() {
                 h.remove(&key);
             }
@@ -72,29 +121,53 @@ mod tests {
     use super::*;
     use rdma_abi::cma::{RDMA_PS_IPOIB, RDMA_PS_TCP, RDMA_PS_UDP};
 
+    const INUSE: Result<()> = Err(Errno(libc::EADDRINUSE));
+    const NOTAVAIL: Result<()> = Err(Errno(libc::EADDRNOTAVAIL));
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn a_listen_conflicts_while_two_claims_overlap() {
-        let a: SocketAddr = "127.0.0.1:61001".parse().unwrap();
-        let other_ip: SocketAddr = "127.0.0.2:61001".parse().unwrap();
-        let any: SocketAddr = "0.0.0.0:61001".parse().unwrap();
-        let any6: SocketAddr = "[::]:61001".parse().unwrap();
-        let inuse = Some(Errno(libc::EADDRINUSE));
-        let notavail = Some(Errno(libc::EADDRNOTAVAIL));
-        let first = PortClaim::new(RDMA_PS_TCP, a);
-        assert_eq!(first.conflict(), None);
-        let udp = PortClaim::new(RDMA_PS_UDP, a);
-        assert!(first.conflict().is_none() && udp.conflict().is_none(), "the port spaces are apart");
-        let ipoib = PortClaim::new(RDMA_PS_IPOIB, a);
-        assert!(udp.conflict().is_none() && ipoib.conflict().is_none(), "UDP and IPOIB are two port spaces, though both on UDP ports here");
-        let elsewhere = PortClaim::new(RDMA_PS_TCP, other_ip);
-        assert_eq!(first.conflict(), None, "another address on the same port does not overlap");
-        let v6 = PortClaim::new(RDMA_PS_TCP, any6);
-        assert!(first.conflict().is_none() && v6.conflict().is_none(), "the families are apart");
-        let second = PortClaim::new(RDMA_PS_TCP, a);
-        assert!(first.conflict() == inuse && second.conflict() == inuse);
+        let (a, other_ip, any, any6) = (sa("127.0.0.1:61001"), sa("127.0.0.2:61001"), sa("0.0.0.0:61001"), sa("[::]:61001"));
+        let first = PortClaim::take(RDMA_PS_TCP, a, true).unwrap();
+        let udp = PortClaim::take(RDMA_PS_UDP, a, true).unwrap();
+        let ipoib = PortClaim::take(RDMA_PS_IPOIB, a, true).unwrap();
+        let elsewhere = PortClaim::take(RDMA_PS_TCP, other_ip, true).unwrap();
+        let v6 = PortClaim::take(RDMA_PS_TCP, any6, true).unwrap();
+        let second = PortClaim::take(RDMA_PS_TCP, a, true).unwrap();
+        assert_eq!(first.listen().map(drop), INUSE);
+        assert_eq!(second.listen().map(drop), INUSE);
         drop(second);
-        assert_eq!(first.conflict(), None, "a dropped claim releases the port");
-        let wildcard = PortClaim::new(RDMA_PS_TCP, any);
-        assert!(first.conflict() == notavail && elsewhere.conflict() == notavail && wildcard.conflict() == notavail);
+        let wildcard = PortClaim::take(RDMA_PS_TCP, any, true).unwrap();
+        assert_eq!(first.listen().map(drop), NOTAVAIL);
+        assert_eq!(elsewhere.listen().map(drop), NOTAVAIL);
+        assert_eq!(wildcard.listen().map(drop), NOTAVAIL);
+        drop(wildcard);
+        // Another address on the same port, another family, another port space: no overlap.
+        assert_eq!(first.listen(), Ok(true), "a dropped claim releases the port");
+        assert_eq!(elsewhere.listen(), Ok(true));
+        assert_eq!(v6.listen(), Ok(true), "the families are apart");
+        assert!(udp.listen().is_ok() && ipoib.listen().is_ok(), "UDP and IPOIB are two port spaces, though both on UDP ports here");
+    }
+
+    #[test]
+    fn a_bind_shares_only_between_reuseaddr_ids_none_listening() {
+        let (a, any) = (sa("127.0.0.1:61002"), sa("0.0.0.0:61002"));
+        let first = PortClaim::take(RDMA_PS_TCP, a, false).unwrap();
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, false).map(drop), INUSE, "neither has REUSEADDR");
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, true).map(drop), INUSE, "the holder has no REUSEADDR");
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, any, true).map(drop), NOTAVAIL);
+        assert!(PortClaim::take(RDMA_PS_TCP, sa("127.0.0.2:61002"), false).is_ok(), "another address does not overlap");
+        first.set_reuse(true);
+        let second = PortClaim::take(RDMA_PS_TCP, a, true).unwrap();
+        assert_eq!(second.listen().map(drop), INUSE);
+        drop(first);
+        assert_eq!(second.listen(), Ok(true));
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, true).map(drop), INUSE, "a listener shares its port with nobody");
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, any, true).map(drop), NOTAVAIL);
+        second.set_reuse(true);
+        assert!(PortClaim::take(RDMA_PS_TCP, a, true).is_ok(), "set_reuse undoes a listen that failed further on");
     }
 }

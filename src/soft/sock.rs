@@ -7,6 +7,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// A TCP or UDP socket bound to `addr` (port 0 picks one), SO_REUSEADDR set:
 /// the RDMA port space has no TIME_WAIT, so a restarted server must rebind.
+/// Which ids may share a port is the CM's rule, not the socket's: the caller
+/// claims the port first (ports.rs).
 pub fn bind(addr: &SocketAddr, udp: bool) -> Result<OwnedFd> {
     let fam = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
     let ty = if udp { libc::SOCK_DGRAM } else { libc::SOCK_STREAM };
