@@ -273,23 +273,29 @@ pub fn backend() -> &'static dyn Backend {
     &SOFT
 }
 
+/// The id's REUSEADDR and AFONLY for a bind to `a` (ports.rs).
+fn sharing(s: &SoftId, a: &SocketAddr) -> (bool, bool) {
+    let st = s.core.state();
+    (st.options.reuseaddr == Some(true), st.options.afonly.unwrap_or_else(|| ports::default_afonly(a)))
+}
+
 /// Binds an id's RDMA port: reserves the TCP (or UDP) port now.
 fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     if !net::is_local(a.ip()) {
         return Err(sock::unavailable());
     }
     let (ps, udp) = (s.ps(), s.is_ud());
-    let reuse = s.core.state().options.reuseaddr == Some(true);
+    let (reuse, afonly) = sharing(s, &a);
     // A given port is claimed before the socket takes it: the sockets share
     // any port (sock::bind), and where TCP does refuse it says EADDRINUSE
     // for what the kernel CM calls EADDRNOTAVAIL.
-    let given = if a.port() != 0 { Some(ports::PortClaim::take(ps, a, reuse)?) } else { None };
+    let given = if a.port() != 0 { Some(ports::PortClaim::take(ps, a, reuse, afonly)?) } else { None };
     let fd = sock::bind(&a, udp)?;
     let real = sock::local_addr(&fd)?;
     // A port the system picked is one no socket of ours is bound to.
     let claim = match given {
         Some(c) => c,
-        None => ports::PortClaim::take(ps, real, reuse).map_err(|_| sock::unavailable())?,
+        None => ports::PortClaim::take(ps, real, reuse, afonly).map_err(|_| sock::unavailable())?,
     };
     // Checked, recorded and moved under one hold: of two racing binds the
     // loser changes nothing (set_addrs takes the core's lock after ours, as
@@ -462,10 +468,16 @@ impl Backend for Soft {
         let s = soft_id(id);
         match opt {
             Opt::ReuseAddr(_) | Opt::AfOnly(_) if !matches!(s.phase(), Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
+            // A bound id's claim follows, as the kernel CM reads both live.
             Opt::ReuseAddr(v) => {
-                // A bound id's holders read it at their next check, as the kernel CM's do.
                 if let Some(c) = &s.st().claim {
                     c.set_reuse(*v);
+                }
+                Ok(())
+            }
+            Opt::AfOnly(v) => {
+                if let Some(c) = &s.st().claim {
+                    c.set_afonly(*v);
                 }
                 Ok(())
             }

@@ -117,3 +117,31 @@ fn reuseaddr_set_after_bind_counts() {
     drop_id(bid, &b);
     assert_eq!(Soft.listen(&a, 1), Ok(()));
 }
+
+#[test]
+fn ipv4_and_ipv6_wildcards_meet_unless_both_are_afonly() {
+    let mut r = Rig::new();
+    let (a, b, c) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false));
+    bind(&a, "0.0.0.0:0").unwrap();
+    let p = port(&a);
+    // net.ipv6.bindv6only's default, set here so that the host's value does not matter.
+    opt(&b, Opt::AfOnly(false)).unwrap();
+    assert_eq!(bind(&b, &format!("[::]:{p}")), NOTAVAIL);
+    opt(&c, Opt::AfOnly(true)).unwrap();
+    assert_eq!(bind(&c, &format!("[::]:{p}")), Ok(()));
+}
+
+#[test]
+fn sharers_of_two_families_cannot_listen_unless_both_are_afonly() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_TCP, true), r.id(RDMA_PS_TCP, true));
+    bind(&a, "0.0.0.0:0").unwrap();
+    let p = port(&a);
+    opt(&b, Opt::AfOnly(false)).unwrap();
+    assert_eq!(bind(&b, &format!("[::]:{p}")), Ok(()));
+    assert_eq!(Soft.listen(&a, 1), NOTAVAIL);
+    assert_eq!(Soft.listen(&b, 1), NOTAVAIL);
+    assert_eq!(opt(&b, Opt::AfOnly(true)), Ok(()), "AFONLY may still change on a bound id");
+    assert_eq!(Soft.listen(&a, 1), Ok(()));
+    assert_eq!(Soft.listen(&b, 1), Ok(()));
+}

@@ -7,10 +7,13 @@
 //! it and every such holder have REUSEADDR and none of them listens; a
 //! listen makes the port the listener's alone, so it fails while another id
 //! holds it and refuses every later bind. A refusal is EADDRNOTAVAIL when
-//! either address is the wildcard, EADDRINUSE for the same address. Each
-//! RDMA_PS is a port space of its own, as in the kernel CM, even where two
-//! share a socket type (UDP and IPOIB both live on UDP ports here).
-//! Ids of other processes are not seen.
+//! either address is the wildcard, EADDRINUSE for the same address. IPv4
+//! and IPv6 holders are apart only when both are AFONLY (an IPv4 id is,
+//! unless told otherwise; an IPv6 id as net.ipv6.bindv6only says), though
+//! the soft CM's sockets always are (IPV6_V6ONLY). Each RDMA_PS is a port
+//! space of its own, as in the kernel CM, even where two share a socket
+//! type (UDP and IPOIB both live on UDP ports here). Ids of other processes
+//! are not seen.
 
 use crate::cm::registry::KeyMap;
 use crate::sys::{Errno, Result};
@@ -24,6 +27,7 @@ struct Holder {
     addr: SocketAddr,
     /// REUSEADDR, as the id has it now; cleared by a listen.
     reuse: bool,
+    afonly: bool,
 }
 
 /// (RDMA_PS, port) -> its holders, oldest first.
@@ -34,11 +38,19 @@ fn held() -> std::sync::MutexGuard<'static, KeyMap<(u32, u16), Vec<Holder>>> {
     crate::cm::registry::lock(&HELD)
 }
 
+/// AFONLY of an id that did not set it, as the kernel CM takes it at bind:
+/// always for IPv4, net.ipv6.bindv6only (of our network namespace) for IPv6.
+pub fn default_afonly(addr: &SocketAddr) -> bool {
+    static V6ONLY: LazyLock<bool> = LazyLock::new(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").map(|v| v.trim() == "1").unwrap_or(false)
+    });
+    addr.is_ipv4() || *V6ONLY
+}
+
 /// Why `me` may not hold its port beside `other`; `reuse` is whether `me`
-/// asks to share (a listen never does). The families stay apart (the soft
-/// CM's sockets are IPV6_V6ONLY).
+/// asks to share (a listen never does).
 fn clash(me: &Holder, other: &Holder, reuse: bool) -> Option<Errno> {
-    if reuse && other.reuse || me.addr.is_ipv4() != other.addr.is_ipv4() {
+    if reuse && other.reuse || me.afonly && other.afonly && me.addr.is_ipv4() != other.addr.is_ipv4() {
         None
     } else if me.addr.ip().is_unspecified() || other.addr.ip().is_unspecified() {
         Some(Errno(libc::EADDRNOTAVAIL))
@@ -68,9 +80,10 @@ pub struct PortClaim {
 
 impl PortClaim {
     /// rdma_bind_addr's check: takes `addr`'s port in space `ps` unless
-    /// another id's hold forbids it. `reuse`: the id has REUSEADDR.
-    pub fn take(ps: u32, addr: SocketAddr, reuse: bool) -> Result<PortClaim> {
-        let me = Holder { serial: SERIAL.fetch_add(1, Ordering::Relaxed), addr, reuse };
+    /// another id's hold forbids it. `reuse`, `afonly`: the id's options
+    /// (`afonly` from `default_afonly` unless the id set it).
+    pub fn take(ps: u32, addr: SocketAddr, reuse: bool, afonly: bool) -> Result<PortClaim> {
+        let me = Holder { serial: SERIAL.fetch_add(1, Ordering::Relaxed), addr, reuse, afonly };
         let mut h = held();
         let holders = h.entry((ps, addr.port())).or_default();
         check(holders, &me, reuse)?;
@@ -93,6 +106,11 @@ impl PortClaim {
     /// REUSEADDR changed on the bound id: the kernel CM reads it live.
     pub fn set_reuse(&self, reuse: bool) {
         self.with_mine(|holders, i| holders[i].reuse = reuse)
+    }
+
+    /// AFONLY set on the bound id (read live, as REUSEADDR).
+    pub fn set_afonly(&self, afonly: bool) {
+        self.with_mine(|holders, i| holders[i].afonly = afonly)
     }
 
     fn with_mine<T>(&self, f: impl FnOnce(&mut Vec<Holder>, usize) -> T) -> T {
@@ -131,16 +149,16 @@ mod tests {
     #[test]
     fn a_listen_conflicts_while_two_claims_overlap() {
         let (a, other_ip, any, any6) = (sa("127.0.0.1:61001"), sa("127.0.0.2:61001"), sa("0.0.0.0:61001"), sa("[::]:61001"));
-        let first = PortClaim::take(RDMA_PS_TCP, a, true).unwrap();
-        let udp = PortClaim::take(RDMA_PS_UDP, a, true).unwrap();
-        let ipoib = PortClaim::take(RDMA_PS_IPOIB, a, true).unwrap();
-        let elsewhere = PortClaim::take(RDMA_PS_TCP, other_ip, true).unwrap();
-        let v6 = PortClaim::take(RDMA_PS_TCP, any6, true).unwrap();
-        let second = PortClaim::take(RDMA_PS_TCP, a, true).unwrap();
+        let first = PortClaim::take(RDMA_PS_TCP, a, true, true).unwrap();
+        let udp = PortClaim::take(RDMA_PS_UDP, a, true, true).unwrap();
+        let ipoib = PortClaim::take(RDMA_PS_IPOIB, a, true, true).unwrap();
+        let elsewhere = PortClaim::take(RDMA_PS_TCP, other_ip, true, true).unwrap();
+        let v6 = PortClaim::take(RDMA_PS_TCP, any6, true, true).unwrap();
+        let second = PortClaim::take(RDMA_PS_TCP, a, true, true).unwrap();
         assert_eq!(first.listen().map(drop), INUSE);
         assert_eq!(second.listen().map(drop), INUSE);
         drop(second);
-        let wildcard = PortClaim::take(RDMA_PS_TCP, any, true).unwrap();
+        let wildcard = PortClaim::take(RDMA_PS_TCP, any, true, true).unwrap();
         assert_eq!(first.listen().map(drop), NOTAVAIL);
         assert_eq!(elsewhere.listen().map(drop), NOTAVAIL);
         assert_eq!(wildcard.listen().map(drop), NOTAVAIL);
@@ -148,26 +166,42 @@ mod tests {
         // Another address on the same port, another family, another port space: no overlap.
         assert_eq!(first.listen(), Ok(true), "a dropped claim releases the port");
         assert_eq!(elsewhere.listen(), Ok(true));
-        assert_eq!(v6.listen(), Ok(true), "the families are apart");
+        assert_eq!(v6.listen(), Ok(true), "the families are apart when both are AFONLY");
         assert!(udp.listen().is_ok() && ipoib.listen().is_ok(), "UDP and IPOIB are two port spaces, though both on UDP ports here");
+    }
+
+    #[test]
+    fn the_families_meet_unless_both_are_afonly() {
+        let (a, any, any6) = (sa("127.0.0.1:61003"), sa("0.0.0.0:61003"), sa("[::]:61003"));
+        let v4 = PortClaim::take(RDMA_PS_TCP, any, false, true).unwrap();
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, any6, false, false).map(drop), NOTAVAIL);
+        let v6 = PortClaim::take(RDMA_PS_TCP, any6, false, true).unwrap();
+        v4.set_afonly(false);
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, sa("[::]:61003"), false, true).map(drop), NOTAVAIL, "AFONLY counts as the holder has it now");
+        drop((v4, v6));
+        let v4 = PortClaim::take(RDMA_PS_TCP, a, false, true).unwrap();
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, any6, false, false).map(drop), NOTAVAIL, "a wildcard on either side");
+        assert!(PortClaim::take(RDMA_PS_TCP, sa("[::1]:61003"), false, false).is_ok(), "two addresses of two families never are the same");
+        drop(v4);
+        assert!(default_afonly(&any), "IPv4 is AFONLY by default");
     }
 
     #[test]
     fn a_bind_shares_only_between_reuseaddr_ids_none_listening() {
         let (a, any) = (sa("127.0.0.1:61002"), sa("0.0.0.0:61002"));
-        let first = PortClaim::take(RDMA_PS_TCP, a, false).unwrap();
-        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, false).map(drop), INUSE, "neither has REUSEADDR");
-        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, true).map(drop), INUSE, "the holder has no REUSEADDR");
-        assert_eq!(PortClaim::take(RDMA_PS_TCP, any, true).map(drop), NOTAVAIL);
-        assert!(PortClaim::take(RDMA_PS_TCP, sa("127.0.0.2:61002"), false).is_ok(), "another address does not overlap");
+        let first = PortClaim::take(RDMA_PS_TCP, a, false, true).unwrap();
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, false, true).map(drop), INUSE, "neither has REUSEADDR");
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, true, true).map(drop), INUSE, "the holder has no REUSEADDR");
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, any, true, true).map(drop), NOTAVAIL);
+        assert!(PortClaim::take(RDMA_PS_TCP, sa("127.0.0.2:61002"), false, true).is_ok(), "another address does not overlap");
         first.set_reuse(true);
-        let second = PortClaim::take(RDMA_PS_TCP, a, true).unwrap();
+        let second = PortClaim::take(RDMA_PS_TCP, a, true, true).unwrap();
         assert_eq!(second.listen().map(drop), INUSE);
         drop(first);
         assert_eq!(second.listen(), Ok(true));
-        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, true).map(drop), INUSE, "a listener shares its port with nobody");
-        assert_eq!(PortClaim::take(RDMA_PS_TCP, any, true).map(drop), NOTAVAIL);
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, true, true).map(drop), INUSE, "a listener shares its port with nobody");
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, any, true, true).map(drop), NOTAVAIL);
         second.set_reuse(true);
-        assert!(PortClaim::take(RDMA_PS_TCP, a, true).is_ok(), "set_reuse undoes a listen that failed further on");
+        assert!(PortClaim::take(RDMA_PS_TCP, a, true, true).is_ok(), "set_reuse undoes a listen that failed further on");
     }
 }
