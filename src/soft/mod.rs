@@ -519,7 +519,11 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
         Some(b) => (SocketAddr::new(ip, b.port()), None),
         None => {
             let fd = sock::bind(&SocketAddr::new(ip, 0), s.is_ud())?;
-            (sock::local_addr(&fd)?, Some(fd))
+            let src = sock::local_addr(&fd)?;
+            // Held as a bound id's port is: the kernel CM binds an unbound id here.
+            let (reuse, afonly) = sharing(s, &src);
+            let claim = ports::PortClaim::take(s.ps(), src, reuse, afonly).map_err(|_| sock::unavailable())?;
+            (src, Some((fd, claim)))
         }
     };
     // Under one hold, as in do_bind: an id destroyed meanwhile stays so
@@ -531,8 +535,11 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
     set_addrs(s, Some(src), Some(dst))?;
     // Checked above in this hold: cannot fail.
     st.phase.step(|p| matches!(p, Phase::Idle | Phase::Bound), Phase::AddrResolved).map_err(|_| Errno::EINVAL)?;
-    if fd.is_some() {
-        st.bound = fd;
+    if let Some((fd, claim)) = fd {
+        st.bound = Some(fd);
+        st.claim = Some(claim);
+    } else if let Some(c) = &st.claim {
+        c.set_addr(src); // a wildcard-bound id now has the route's source, which the kernel CM checks
     }
     st.src = Some(src);
     st.dst = Some(dst);

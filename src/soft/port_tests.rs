@@ -145,3 +145,16 @@ fn sharers_of_two_families_cannot_listen_unless_both_are_afonly() {
     assert_eq!(Soft.listen(&a, 1), Ok(()));
     assert_eq!(Soft.listen(&b, 1), Ok(()));
 }
+
+#[test]
+fn the_port_resolve_addr_binds_is_held() {
+    let mut r = Rig::new();
+    let (a, b, c) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, true), r.id(RDMA_PS_TCP, false));
+    // rdma_resolve_addr's step once the route is known. A wildcard source
+    // stands for the device's address, which would need the soft device.
+    let dst: SocketAddr = "127.0.0.1:7".parse().unwrap();
+    super::resolved(&soft_id(&a), dst, Ok(std::net::Ipv4Addr::UNSPECIFIED.into())).unwrap();
+    let p = port(&a);
+    assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL, "an id with REUSEADDR: the holder has none");
+    assert_eq!(bind(&c, &format!("0.0.0.0:{p}")), NOTAVAIL);
+}

@@ -113,6 +113,12 @@ impl PortClaim {
         self.with_mine(|holders, i| holders[i].afonly = afonly)
     }
 
+    /// The address resolution gave a wildcard-bound id (same port).
+    pub fn set_addr(&self, addr: SocketAddr) {
+        debug_assert_eq!(addr.port(), self.port);
+        self.with_mine(|holders, i| holders[i].addr = addr)
+    }
+
     fn with_mine<T>(&self, f: impl FnOnce(&mut Vec<Holder>, usize) -> T) -> T {
         let mut h = held();
         let holders = h.get_mut(&(self.ps, self.port)).expect("a live claim has its entry");
@@ -184,6 +190,16 @@ mod tests {
         assert!(PortClaim::take(RDMA_PS_TCP, sa("[::1]:61003"), false, false).is_ok(), "two addresses of two families never are the same");
         drop(v4);
         assert!(default_afonly(&any), "IPv4 is AFONLY by default");
+    }
+
+    #[test]
+    fn a_wildcard_holder_that_resolved_holds_the_route_source() {
+        let (a, any) = (sa("127.0.0.1:61004"), sa("0.0.0.0:61004"));
+        let first = PortClaim::take(RDMA_PS_TCP, any, false, true).unwrap();
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, false, true).map(drop), NOTAVAIL);
+        first.set_addr(a);
+        assert_eq!(PortClaim::take(RDMA_PS_TCP, a, false, true).map(drop), INUSE);
+        assert!(PortClaim::take(RDMA_PS_TCP, sa("127.0.0.2:61004"), false, true).is_ok());
     }
 
     #[test]
