@@ -467,7 +467,11 @@ impl Backend for Soft {
     fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
         let s = soft_id(id);
         match opt {
-            Opt::ReuseAddr(_) | Opt::AfOnly(_) if !matches!(s.phase(), Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
+            // The kernel CM's states for each: a listener's port cannot be
+            // shared again, and a bound id cannot stop sharing its port.
+            Opt::ReuseAddr(true) if s.phase() == Phase::Listening => Err(Errno::EINVAL),
+            Opt::ReuseAddr(false) if s.phase() != Phase::Idle => Err(Errno::EINVAL),
+            Opt::AfOnly(_) if !matches!(s.phase(), Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
             // A bound id's claim follows, as the kernel CM reads both live.
             Opt::ReuseAddr(v) => {
                 if let Some(c) = &s.st().claim {

@@ -158,3 +158,19 @@ fn the_port_resolve_addr_binds_is_held() {
     assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL, "an id with REUSEADDR: the holder has none");
     assert_eq!(bind(&c, &format!("0.0.0.0:{p}")), NOTAVAIL);
 }
+
+#[test]
+fn reuseaddr_and_afonly_change_in_the_kernel_cms_states() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false));
+    assert_eq!(opt(&a, Opt::ReuseAddr(false)), Ok(()));
+    bind(&a, "0.0.0.0:0").unwrap();
+    assert_eq!(opt(&a, Opt::ReuseAddr(false)), Err(Errno::EINVAL), "a bound id cannot stop sharing");
+    assert_eq!(opt(&a, Opt::ReuseAddr(true)), Ok(()));
+    let dst: SocketAddr = "127.0.0.1:7".parse().unwrap();
+    super::resolved(&soft_id(&b), dst, Ok(std::net::Ipv4Addr::UNSPECIFIED.into())).unwrap();
+    assert_eq!(opt(&b, Opt::ReuseAddr(true)), Ok(()), "only a listener's port cannot be shared");
+    assert_eq!(opt(&b, Opt::AfOnly(true)), Err(Errno::EINVAL));
+    assert_eq!(Soft.listen(&a, 1), Ok(()));
+    assert_eq!(opt(&a, Opt::ReuseAddr(true)), Err(Errno::EINVAL));
+}
