@@ -4,7 +4,9 @@
  * man pages give the order of calls (bind before listen, route resolution
  * before connect, accept only on an id from CONNECT_REQUEST, resolve_route
  * after resolve_addr, rdma_establish only without a QP, REUSEADDR before
- * bind), and addresses of a family the CM does not know; this program makes each call out of order and checks the result
+ * bind), binds and listens on a port other ids hold (the kernel CM's
+ * REUSEADDR and AFONLY rules), and addresses of a family the CM does not
+ * know; this program makes each call out of order and checks the result
  * against what rdma-core's librdmacm on a real kernel returns (the values
  * were taken from Debian's library on rxe; see c-examples/expected/).
  * Every case runs in its own forked process, so a crash is reported, not
@@ -233,6 +235,95 @@ static void case_listen_busy(void)
 	rdma_destroy_id(a);
 }
 
+/* The wildcard address of `family`, on the program's port. */
+static struct sockaddr *wildcard(int family)
+{
+	static struct sockaddr_storage ss;
+
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = family;
+	if (family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons(dev_port);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons(dev_port);
+	return (struct sockaddr *)&ss;
+}
+
+static void set_opt(struct rdma_cm_id *id, int name, int value, const char *what)
+{
+	TRY(rdma_set_option(id, RDMA_OPTION_ID, name, &value, sizeof(value)), what, 0, 0);
+}
+
+/* Without REUSEADDR a port is one id's: another id's bind of it fails,
+ * EADDRINUSE for the same address and EADDRNOTAVAIL for the wildcard; so
+ * does a bind of the port rdma_resolve_addr gave an unbound id. */
+static void case_bind_busy(void)
+{
+	struct rdma_cm_id *a = new_id(), *b = new_id(), *c = new_id(), *d = new_id();
+	struct sockaddr_storage ss;
+
+	bind_addr(a);
+	TRY(rdma_bind_addr(b, dev_sa()), "rdma_bind_addr of a second id to the same address and port",
+	    -1, EADDRINUSE);
+	TRY(rdma_bind_addr(b, wildcard(dev_addr.ss_family)),
+	    "rdma_bind_addr of a second id to the wildcard on that port", -1, EADDRNOTAVAIL);
+	rdma_destroy_id(a);
+	TRY(rdma_bind_addr(b, dev_sa()), "rdma_bind_addr once the first id is gone", 0, 0);
+	resolve_addr(c);
+	memcpy(&ss, &dev_addr, sizeof(ss));
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = rdma_get_src_port(c);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port = rdma_get_src_port(c);
+	TRY(rdma_bind_addr(d, (struct sockaddr *)&ss),
+	    "rdma_bind_addr to the port rdma_resolve_addr gave an unbound id", -1, EADDRINUSE);
+	rdma_destroy_id(d);
+	rdma_destroy_id(c);
+	rdma_destroy_id(b);
+}
+
+/* listen_busy with a wildcard sharer: EADDRNOTAVAIL. A listener's port is
+ * its own: REUSEADDR no longer shares it. */
+static void case_listen_busy_wildcard(void)
+{
+	struct rdma_cm_id *a = new_id(), *b = new_id(), *c = new_id();
+
+	set_opt(a, RDMA_OPTION_ID_REUSEADDR, 1, "rdma_set_option(REUSEADDR) on the first id");
+	set_opt(b, RDMA_OPTION_ID_REUSEADDR, 1, "rdma_set_option(REUSEADDR) on the second id");
+	set_opt(c, RDMA_OPTION_ID_REUSEADDR, 1, "rdma_set_option(REUSEADDR) on a third id");
+	TRY(rdma_bind_addr(a, wildcard(dev_addr.ss_family)), "rdma_bind_addr of the first id to the wildcard",
+	    0, 0);
+	TRY(rdma_bind_addr(b, dev_sa()), "rdma_bind_addr of the second id to the address, same port", 0, 0);
+	TRY(rdma_listen(a, 1), "rdma_listen of the wildcard id", -1, EADDRNOTAVAIL);
+	TRY(rdma_listen(b, 1), "rdma_listen of the other id", -1, EADDRNOTAVAIL);
+	rdma_destroy_id(b);
+	TRY(rdma_listen(a, 1), "rdma_listen once the other id is gone", 0, 0);
+	TRY(rdma_bind_addr(c, dev_sa()), "rdma_bind_addr with REUSEADDR to the listener's port", -1,
+	    EADDRNOTAVAIL);
+	rdma_destroy_id(c);
+	rdma_destroy_id(a);
+}
+
+/* IPv4 and IPv6 ids meet on a port unless both are AFONLY. An IPv4 id is
+ * AFONLY unless told otherwise, an IPv6 id as net.ipv6.bindv6only says (0,
+ * Linux's default, assumed here: the VM's and the soft fabric's hosts). */
+static void case_bind_families(void)
+{
+	struct rdma_cm_id *a = new_id(), *b = new_id(), *c = new_id();
+	int other = dev_addr.ss_family == AF_INET ? AF_INET6 : AF_INET;
+
+	TRY(rdma_bind_addr(a, wildcard(dev_addr.ss_family)), "rdma_bind_addr to the wildcard", 0, 0);
+	TRY(rdma_bind_addr(b, wildcard(other)), "rdma_bind_addr to the other family's wildcard, same port",
+	    -1, EADDRNOTAVAIL);
+	set_opt(c, RDMA_OPTION_ID_AFONLY, 1, "rdma_set_option(AFONLY) on a third id");
+	TRY(rdma_bind_addr(c, wildcard(other)), "rdma_bind_addr of the AFONLY id to that wildcard", 0, 0);
+	TRY(rdma_listen(a, 1), "rdma_listen of the first id", 0, 0);
+	TRY(rdma_listen(c, 1), "rdma_listen of the AFONLY id", 0, 0);
+	rdma_destroy_id(c);
+	rdma_destroy_id(b);
+	rdma_destroy_id(a);
+}
+
 static void case_afonly(void)
 {
 	struct rdma_cm_id *id = new_id();
@@ -280,6 +371,9 @@ static const struct {
 	{ "disconnect_unconnected", case_disconnect_unconnected },
 	{ "reuseaddr", case_reuseaddr },
 	{ "listen_busy", case_listen_busy },
+	{ "bind_busy", case_bind_busy },
+	{ "listen_busy_wildcard", case_listen_busy_wildcard },
+	{ "bind_families", case_bind_families },
 	{ "afonly", case_afonly },
 	{ "unknown_family", case_unknown_family },
 };
