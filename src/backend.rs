@@ -89,6 +89,23 @@ pub fn device() -> Result<&'static dyn Backend> {
     }
 }
 
+/// rdma_set_option's two steps: the value is kept on the id (checked against
+/// the id's own rules), then the backend applies it; when the backend refuses
+/// (a state its CM does not allow the option in) the id keeps what it had.
+pub fn set_option(b: Option<&dyn Backend>, id: &Arc<IdCore>, opt: Opt) -> Result<()> {
+    let before = {
+        let mut st = id.state();
+        let before = st.options.clone();
+        st.options.apply(opt.clone(), false)?;
+        before
+    };
+    if let Some(Err(e)) = b.map(|b| b.set_option(id, &opt)) {
+        id.state().options = before;
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// A new id (rdma_create_id): the kernel CM makes its kernel id at once.
 pub fn created(id: &Arc<IdCore>) -> Result<()> {
     if kind() == Kind::Kernel {

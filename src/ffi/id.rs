@@ -50,10 +50,7 @@ entry! {
         // SAFETY: the caller promises optlen readable bytes at optval.
         let val = unsafe { std::slice::from_raw_parts(optval as *const u8, optlen) };
         let opt = options::parse(level, optname, val)?;
-        core.state().options.apply(opt.clone(), false)?;
-        if let Ok(b) = crate::backend::device() {
-            b.set_option(&core, &opt)?;
-        }
+        crate::backend::set_option(crate::backend::device().ok(), &core, opt)?;
         Ok(0)
     }
 }

@@ -53,10 +53,9 @@ fn drop_id(id: *mut rdma_cm_id, core: &Arc<IdCore>) {
     let _ = IdBox::destroy(id);
 }
 
-/// rdma_set_option's two steps: the value kept on the id, then the backend.
+/// rdma_set_option as the application's call makes it.
 fn opt(core: &Arc<IdCore>, o: Opt) -> Result<()> {
-    core.state().options.apply(o.clone(), false)?;
-    Soft.set_option(core, &o)
+    crate::backend::set_option(Some(&Soft), core, o)
 }
 
 fn bind(core: &Arc<IdCore>, a: &str) -> Result<()> {
@@ -171,6 +170,7 @@ fn reuseaddr_and_afonly_change_in_the_kernel_cms_states() {
     super::resolved(&soft_id(&b), dst, Ok(std::net::Ipv4Addr::UNSPECIFIED.into())).unwrap();
     assert_eq!(opt(&b, Opt::ReuseAddr(true)), Ok(()), "only a listener's port cannot be shared");
     assert_eq!(opt(&b, Opt::AfOnly(true)), Err(Errno::EINVAL));
+    assert_eq!(b.state().options.afonly, None, "a refused value is not kept");
     assert_eq!(Soft.listen(&a, 1), Ok(()));
     assert_eq!(opt(&a, Opt::ReuseAddr(true)), Err(Errno::EINVAL));
 }
