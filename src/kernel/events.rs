@@ -7,7 +7,7 @@
 
 use super::abi::*;
 use super::convert;
-use super::kid::{self, KId, Mc, Owner};
+use super::kid::{self, Gids, KId, Mc, Owner};
 use super::ucma::Ucma;
 use crate::cm::channel::Take;
 use crate::cm::event::Param;
@@ -101,7 +101,7 @@ fn on_id_event(u: &Arc<Ucma>, k: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed 
     let core = &k.core;
     match ev.event {
         RDMA_CM_EVENT_ADDR_RESOLVED => {
-            let p = match k.with_handle(|u, h, st| k.query_addr(u, h, st)) {
+            let p = match k.with_handle(|u, h, st| k.query_addr(u, h, st, Gids::IbTransport)) {
                 Ok(()) => core.pending(RDMA_CM_EVENT_ADDR_RESOLVED, status, Param::zeroed()),
                 Err(e) => core.pending(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed()),
             };
@@ -153,7 +153,7 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
         }
         let ud = qpt == IBV_QPT_UD;
         c.with_handle(|u, h, st| {
-            c.query_addr(u, h, st)?;
+            c.query_addr(u, h, st, Gids::Yes)?;
             c.query_path(u, h, st)?;
             if !ud {
                 // SAFETY: plain data; `conn` is what the kernel fills for RC requests.

@@ -49,6 +49,13 @@ pub struct KSt {
     pub mcs: Vec<Arc<Mc>>,
 }
 
+/// Whether `KId::query_addr` also reads the id's GIDs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Gids {
+    IbTransport,
+    Yes,
+}
+
 pub struct KId {
     pub core: Arc<IdCore>,
     pub key: u64,
@@ -228,11 +235,18 @@ impl KId {
     }
 
     /// QUERY(ADDR): the id's addresses; attaches it to its device the first
-    /// time the kernel names one. QUERY(GID) then gives sgid/dgid.
-    pub fn query_addr(&self, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
+    /// time the kernel names one. QUERY(GID) then gives sgid/dgid where
+    /// upstream asks for them (`gids`): an ADDR_RESOLVED asks on IB-transport
+    /// devices only (an iWARP id's stay zero), bind, listen and a
+    /// CONNECT_REQUEST's new id always (`dev_attrs` compares them).
+    pub fn query_addr(&self, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> Result<()> {
         let r = u.query_addr(h, QUERY_ADDR)?;
         let dev = if st.dev.is_none() && r.node_guid != 0 { Some(dev::find(r.node_guid, r.ibdev_index)?) } else { None };
-        let g = u.query_addr(h, QUERY_GID).ok();
+        let ask = match gids {
+            Gids::IbTransport => dev.or(st.dev).is_some_and(|d| d.is_ib_transport()),
+            Gids::Yes => true,
+        };
+        let g = if ask { u.query_addr(h, QUERY_GID).ok() } else { None };
         self.core.with_public(|p| {
             let copy = |dst: &mut libc::sockaddr_storage, src: &kernel_sockaddr_storage, n: u16| {
                 let n = (n as usize).min(128);

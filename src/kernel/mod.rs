@@ -34,7 +34,7 @@ use crate::cm::options::Opt;
 use crate::cm::IdCore;
 use crate::sys::{Errno, Result};
 use abi::*;
-use kid::{KSt, KId};
+use kid::{Gids, KSt, KId};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,7 +197,7 @@ impl Backend for Kernel {
         let k = kid::get_or_create(id)?;
         k.with_handle(|u, h, st| {
             u.bind(h, addr)?;
-            k.query_addr(u, h, st)
+            k.query_addr(u, h, st, Gids::Yes)
         })
     }
 
@@ -229,7 +229,7 @@ impl Backend for Kernel {
         let k = kid::get_or_create(id)?;
         k.with_handle(|u, h, st| {
             u.listen(h, backlog)?;
-            k.query_addr(u, h, st)
+            k.query_addr(u, h, st, Gids::Yes)
         })
     }
 
