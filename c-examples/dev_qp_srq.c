@@ -95,6 +95,8 @@ static void case_own_pd(void)
 		printf("ok id->pd afterwards: %s\n", id->pd == pd ? "the application's PD" :
 		       id->pd == lib_pd ? "the library's PD" : "other");
 		rdma_destroy_qp(id);
+		printf("ok after rdma_destroy_qp: id->send_cq %s, id->recv_cq %s\n",
+		       id->send_cq ? "set" : "NULL", id->recv_cq ? "set" : "NULL");
 	}
 	rdma_destroy_id(id);
 	ibv_destroy_cq(cq);

@@ -208,15 +208,15 @@ pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
         }
     }
     let made = std::mem::take(&mut core.state().lib_cqs.list);
-    if !made.is_empty() {
-        core.with_public(|p| {
-            p.send_cq = std::ptr::null_mut();
-            p.recv_cq = std::ptr::null_mut();
-            p.send_cq_channel = std::ptr::null_mut();
-            p.recv_cq_channel = std::ptr::null_mut();
-        })?;
-        destroy_cqs(&made);
-    }
+    // The CQ fields name the QP's CQs (the library's or the application's):
+    // none once it is gone, as upstream's are NULL then.
+    core.with_public(|p| {
+        p.send_cq = std::ptr::null_mut();
+        p.recv_cq = std::ptr::null_mut();
+        p.send_cq_channel = std::ptr::null_mut();
+        p.recv_cq_channel = std::ptr::null_mut();
+    })?;
+    destroy_cqs(&made);
     Ok(())
 }
 
