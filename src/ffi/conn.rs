@@ -72,7 +72,13 @@ entry! {
         // The request now belongs to the new id: its next call acks it.
         core.with_public(|p| p.event = std::ptr::null_mut())?;
         IdBox::lookup(child)?.with_public(|c| c.event = ev)?;
-        crate::qp::ep_child_qp(&core, child)?;
+        if let Err(e) = crate::qp::ep_child_qp(&core, child) {
+            // The new id is never handed out: it goes now, acking its request
+            // (upstream leaves both behind, and the peer waits for its CM to
+            // time out; the kernel rejects a request whose id is destroyed).
+            let _ = IdBox::destroy(child);
+            return Err(e);
+        }
         // SAFETY: checked non-NULL above.
         unsafe { out(id, child) }.map(|()| 0)
     }
