@@ -60,6 +60,23 @@ pub unsafe fn modify_to(id: &Arc<crate::cm::IdCore>, qp: *mut ibv_qp, state: u32
     crate::verbs::verr(unsafe { ibv_modify_qp(qp, &mut attr, mask) })
 }
 
+/// A UD QP's RTR and RTS as upstream makes them: the state alone, then RTS
+/// with send PSN 0 (programs see the same QP on every device).
+///
+/// # Safety
+/// `qp` is a live QP in INIT.
+unsafe fn ud_to_rts(qp: *mut ibv_qp) -> Result<()> {
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    attr.qp_state = IBV_QPS_RTR;
+    // SAFETY: per the contract; the attributes name the state only.
+    crate::verbs::verr(unsafe { ibv_modify_qp(qp, &mut attr, IBV_QP_STATE as i32) })?;
+    attr.qp_state = IBV_QPS_RTS;
+    attr.sq_psn = 0;
+    // SAFETY: as above, state and send PSN.
+    crate::verbs::verr(unsafe { ibv_modify_qp(qp, &mut attr, (IBV_QP_STATE | IBV_QP_SQ_PSN) as i32) })
+}
+
 /// Moves `qp` to the error state (flushing its work requests).
 ///
 /// # Safety
@@ -162,9 +179,10 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
         return Err(e);
     }
     let ud = ax.qp_type == IBV_QPT_UD;
-    let steps: &[u32] = if ud { &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] } else { &[IBV_QPS_INIT] };
-    // SAFETY (both calls): the QP we just made.
-    let r = steps.iter().try_for_each(|&s| unsafe { modify_to(&core, qp, s) }).and_then(|()| unsafe { b.qp_created(&core, qp) });
+    // SAFETY (all calls): the QP we just made.
+    let r = unsafe { modify_to(&core, qp, IBV_QPS_INIT) }
+        .and_then(|()| if ud { unsafe { ud_to_rts(qp) } } else { Ok(()) })
+        .and_then(|()| unsafe { b.qp_created(&core, qp) });
     if let Err(e) = r {
         // SAFETY: the QP we just made.
         unsafe { ibv_destroy_qp(qp) };
