@@ -11,7 +11,7 @@ use super::cm::{self, Id};
 use super::config::*;
 use super::iov::{Gather, Scatter};
 use super::opts::{self, Opts, SOL_RDMA};
-use super::poll::Count;
+use super::poll::{self, Count, Sleepers, Sleepy};
 use super::verbs::*;
 use super::wire::*;
 use crate::cm::registry::lock;
@@ -23,7 +23,6 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
 
 const GRH_LEN: usize = 40;
 const SLOT: usize = RS_SNDLOWAT;
@@ -74,7 +73,7 @@ pub struct DSt {
     conn_dest: Option<SocketAddr>,
     /// Received datagrams: (qp, slot, bytes incl. GRH).
     rmsgs: VecDeque<(usize, usize, usize)>,
-    /// The sleepers and the wake flag (see `Sleepers`).
+    /// The sleepers and the wake flag.
     sl: Sleepers,
     gen: u64,
     /// The UDP socket's port once bound (a port never changes after that):
@@ -88,40 +87,6 @@ pub struct Dgram {
     st: Mutex<DSt>,
     cond: Condvar,
     wake: Flag,
-}
-
-/// The sleepers of one datagram rsocket and its wake flag, under its lock.
-///
-/// A sleeper counts itself right after its last look at the state (under the
-/// lock of that look) and must be told, through the flag, of every change made
-/// after it. A raise is for the sleepers counted before it; one counted later
-/// has seen the change it announced. So the flag comes down once the last
-/// sleeper it was raised for has woken, whoever else sleeps by then. Lowering
-/// it only when no sleeper at all was left let two threads keep it up for each
-/// other: each woke, looked and counted itself again (under one lock hold)
-/// while the other was still counted, and both polled a raised flag in a loop
-/// until a datagram readied one of them.
-#[derive(Default)]
-struct Sleepers {
-    /// Counted since the last raise (the flag is not for them).
-    fresh: u32,
-    /// Counted before the last raise, not finished yet.
-    raised_for: u32,
-    /// Raises so far. A count returns it as the sleeper's ticket: equal at
-    /// `finish`, the sleeper is still fresh; older, the flag was raised for it.
-    epoch: u64,
-    /// Whether the flag is raised (only ever changed under the lock).
-    up: bool,
-    /// Threads in `Dgram::settle`, waiting on `cond`.
-    settling: u32,
-}
-
-impl Sleepers {
-    /// Counts a sleeper whose look just ended; returns its ticket.
-    fn count(&mut self) -> u64 {
-        self.fresh += 1;
-        self.epoch
-    }
 }
 
 /// v4-mapped IPv6 addresses become IPv4: one key per peer.
@@ -358,6 +323,15 @@ impl DQp {
     }
 }
 
+impl Sleepy for DSt {
+    fn sleepers(&mut self) -> &mut Sleepers {
+        &mut self.sl
+    }
+    fn moved_on(&self, gen: u64) -> bool {
+        self.gen != gen || self.closed
+    }
+}
+
 impl DSt {
     fn udp_fd(&self) -> Result<i32> {
         self.udp.as_ref().map(|f| f.as_raw_fd()).ok_or(Errno::EBADF)
@@ -502,51 +476,17 @@ impl Dgram {
     }
 
     /// Tells the sleepers that the state changed (the caller bumped `gen`).
-    /// Only the fresh ones need the flag: it is still up for the others.
     fn notify(&self, st: &mut DSt) {
-        let sl = &mut st.sl;
-        if sl.fresh > 0 {
-            if !sl.up {
-                self.wake.raise();
-                sl.up = true;
-            }
-            sl.raised_for += std::mem::take(&mut sl.fresh);
-            sl.epoch += 1;
-        }
         // A notify is a futex syscall even with nobody waiting, and this runs on
         // every completion a look processes.
-        if sl.settling > 0 {
+        if st.sl.notify(&self.wake) {
             self.cond.notify_all();
         }
     }
 
-    /// Waits, counted nowhere, until the sleepers the wake flag is up for have
-    /// woken and lowered it, or the state changes from generation `gen`, or `ms`
-    /// pass. A sleeper that counted itself while the flag is up would poll a
-    /// raised flag, return at once and look again, over and over, until then.
-    /// Those sleepers only poll (the flag wakes them) and finish; holding no
-    /// count here, this thread is never one they wait for.
-    fn settle<'a>(&self, mut st: MutexGuard<'a, DSt>, gen: u64, ms: i32) -> MutexGuard<'a, DSt> {
-        let until = Instant::now() + Duration::from_millis(ms.max(1) as u64);
-        st.sl.settling += 1;
-        while st.sl.up && st.gen == gen && !st.closed {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = match self.cond.wait_timeout(st, left) {
-                Ok((g, _)) => g,
-                Err(e) => e.into_inner().0,
-            };
-        }
-        st.sl.settling -= 1;
-        st
-    }
-
     /// `settle` for rpoll and repoll, whose look read generation `gen`.
     pub fn settle_after(&self, gen: u64, ms: i32) {
-        let st = self.lock();
-        drop(self.settle(st, gen, ms));
+        drop(poll::settle(&self.cond, self.lock(), gen, ms));
     }
 
     pub fn set_flags(&self, nonblock: bool, cloexec: bool) {
@@ -610,7 +550,7 @@ impl Dgram {
         ready: impl Fn(&DSt) -> bool,
     ) -> Result<MutexGuard<'a, DSt>> {
         let cfg = get_config();
-        let mut spin = super::poll::Spin::new(cfg.polling_time_us);
+        let mut spin = poll::Spin::new(cfg.polling_time_us);
         loop {
             if st.progress() {
                 self.notify(&mut st);
@@ -637,9 +577,9 @@ impl Dgram {
                 continue;
             }
             // Up for sleepers counted before this look: not for this one.
-            if st.sl.up {
+            if st.sl.up() {
                 let gen = st.gen;
-                st = self.settle(st, gen, cfg.wake_up_interval_ms);
+                st = poll::settle(&self.cond, st, gen, cfg.wake_up_interval_ms);
                 continue;
             }
             // Counted only now, under the lock held since that look: a change made
@@ -682,20 +622,8 @@ impl Dgram {
     /// CQ no longer sees the fd readable, and this one (rpoll, repoll) may
     /// return for another rsocket without looking at this one again.
     fn finish_locked(&self, st: &mut DSt, ticket: u64, polled: Option<&[libc::pollfd]>) {
-        let sl = &mut st.sl;
-        if ticket == sl.epoch {
-            sl.fresh = sl.fresh.saturating_sub(1);
-        } else {
-            sl.raised_for = sl.raised_for.saturating_sub(1);
-        }
-        // The last sleeper the flag was up for has woken; the fresh ones saw
-        // every change it announced.
-        if sl.raised_for == 0 && sl.up {
-            self.wake.lower();
-            sl.up = false;
-            if sl.settling > 0 {
-                self.cond.notify_all();
-            }
+        if st.sl.finish(ticket, &self.wake) {
+            self.cond.notify_all();
         }
         let mut read = false;
         for q in st.qps.iter_mut() {
@@ -721,7 +649,7 @@ impl Dgram {
         if st.gen != gen || st.qps.iter().any(|q| !q.cq.armed()) {
             return Count::Changed;
         }
-        if st.sl.up {
+        if st.sl.up() {
             return Count::Busy;
         }
         Count::Counted(st.sl.count())
@@ -1044,73 +972,5 @@ fn svc_run() {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.svc_read()));
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sys::readable_now;
-
-    /// A change made under the lock, as `progress` or a new QP makes one.
-    fn change(d: &Dgram, st: &mut DSt) {
-        st.gen += 1;
-        d.notify(st);
-    }
-
-    /// Two sleepers on one rsocket, woken by a change that readies neither:
-    /// the first to wake looks and counts itself again while the other is
-    /// still counted. Once the other has woken too the flag must be down, or
-    /// both poll a raised flag in a loop (the flag used to come down only when
-    /// no sleeper at all was counted, which this order never reaches).
-    #[test]
-    fn flag_comes_down_once_its_sleepers_woke() {
-        let d = Dgram::new(libc::AF_INET).unwrap();
-        let mut st = d.lock();
-        let a = st.sl.count();
-        let b = st.sl.count();
-        assert!(!readable_now(d.wake.raw()));
-        change(&d, &mut st);
-        assert!(readable_now(d.wake.raw()), "a change wakes the sleepers");
-        d.finish_locked(&mut st, a, None);
-        assert!(readable_now(d.wake.raw()), "still up: b has not woken");
-        let a = st.sl.count();
-        d.finish_locked(&mut st, b, None);
-        assert!(!readable_now(d.wake.raw()), "down: a looked after the change");
-        let b = st.sl.count();
-        change(&d, &mut st);
-        assert!(readable_now(d.wake.raw()), "the next change wakes both");
-        d.finish_locked(&mut st, b, None);
-        assert!(readable_now(d.wake.raw()), "up until a woke too");
-        d.finish_locked(&mut st, a, None);
-        assert!(!readable_now(d.wake.raw()));
-        assert_eq!((st.sl.fresh, st.sl.raised_for, st.sl.up), (0, 0, false));
-        drop(st);
-        d.close();
-    }
-
-    /// No wake-up is lost: the flag stays up from a change until every sleeper
-    /// counted before it has finished, also one counted between two changes.
-    #[test]
-    fn flag_stays_up_for_every_sleeper_counted_before_a_change() {
-        let d = Dgram::new(libc::AF_INET).unwrap();
-        let mut st = d.lock();
-        let a = st.sl.count();
-        change(&d, &mut st);
-        let c = st.sl.count();
-        change(&d, &mut st);
-        d.finish_locked(&mut st, a, None);
-        assert!(readable_now(d.wake.raw()), "c was counted before the second change");
-        d.finish_locked(&mut st, c, None);
-        assert!(!readable_now(d.wake.raw()));
-        // A change with nobody counted raises nothing; a sleeper counted after it is fresh.
-        change(&d, &mut st);
-        assert!(!readable_now(d.wake.raw()));
-        let e = st.sl.count();
-        d.finish_locked(&mut st, e, None);
-        assert!(!readable_now(d.wake.raw()));
-        assert_eq!((st.sl.fresh, st.sl.raised_for), (0, 0));
-        drop(st);
-        d.close();
     }
 }

@@ -6,7 +6,8 @@
 //! `wake_up_interval` ms per slice.
 
 use super::{get, Sock};
-use crate::sys::{cerr, Result};
+use crate::sys::{cerr, Flag, Result};
+use std::sync::{Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
 impl Sock {
@@ -79,6 +80,109 @@ pub enum Count {
     /// The rsocket's wake flag is still up for sleepers counted before the
     /// look (datagram rsockets): wait for them to lower it, then look again.
     Busy,
+}
+
+/// The sleepers of one rsocket and its wake flag, under the rsocket's lock.
+///
+/// A sleeper counts itself right after its last look at the state (under the
+/// lock of that look) and must be told, through the flag, of every change made
+/// after it. A raise is for the sleepers counted before it; one counted later
+/// has seen the change it announced. So the flag comes down once the last
+/// sleeper it was raised for has woken, whoever else sleeps by then. Lowering
+/// it only when no sleeper at all was left let two threads keep it up for each
+/// other: each woke, looked and counted itself again (under one lock hold)
+/// while the other was still counted, and both polled a raised flag in a loop
+/// until data readied one of them.
+#[derive(Default)]
+pub struct Sleepers {
+    /// Counted since the last raise (the flag is not for them).
+    fresh: u32,
+    /// Counted before the last raise, not finished yet.
+    raised_for: u32,
+    /// Raises so far. A count returns it as the sleeper's ticket: equal at
+    /// `finish`, the sleeper is still fresh; older, the flag was raised for it.
+    epoch: u64,
+    /// Whether the flag is raised (only ever changed under the lock).
+    up: bool,
+    /// Threads in `settle`, waiting on the rsocket's condition variable.
+    settling: u32,
+}
+
+impl Sleepers {
+    /// Counts a sleeper whose look just ended; returns its ticket.
+    pub fn count(&mut self) -> u64 {
+        self.fresh += 1;
+        self.epoch
+    }
+
+    /// Whether the flag is up for sleepers counted before now: a thread that
+    /// looks now must `settle` rather than count itself and poll it.
+    pub fn up(&self) -> bool {
+        self.up
+    }
+
+    /// The state changed: raises `wake` for the fresh sleepers (it is still up
+    /// for the others). True when threads settle: the caller wakes them.
+    pub fn notify(&mut self, wake: &Flag) -> bool {
+        if self.fresh > 0 {
+            if !self.up {
+                wake.raise();
+                self.up = true;
+            }
+            self.raised_for += std::mem::take(&mut self.fresh);
+            self.epoch += 1;
+        }
+        self.settling > 0
+    }
+
+    /// Undoes the count that returned `ticket`. True when it lowered the flag
+    /// with threads settling: the caller wakes them.
+    pub fn finish(&mut self, ticket: u64, wake: &Flag) -> bool {
+        if ticket == self.epoch {
+            self.fresh = self.fresh.saturating_sub(1);
+        } else {
+            self.raised_for = self.raised_for.saturating_sub(1);
+        }
+        // The last sleeper the flag was up for has woken; the fresh ones saw
+        // every change it announced.
+        if self.raised_for == 0 && self.up {
+            wake.lower();
+            self.up = false;
+            return self.settling > 0;
+        }
+        false
+    }
+}
+
+/// An rsocket's state, as `settle` needs it.
+pub trait Sleepy {
+    fn sleepers(&mut self) -> &mut Sleepers;
+    /// Whether the state changed since a look read generation `gen`, or the
+    /// rsocket was closed.
+    fn moved_on(&self, gen: u64) -> bool;
+}
+
+/// Waits on `cond`, counted nowhere, until the sleepers the wake flag is up
+/// for have woken and lowered it, or the state moves on from generation `gen`,
+/// or `ms` pass. A sleeper that counted itself while the flag is up would poll
+/// a raised flag, return at once and look again, over and over, until then.
+/// Those sleepers only poll (the flag wakes them) and finish; holding no count
+/// here, this thread is never one they wait for.
+pub fn settle<'a, T: Sleepy>(cond: &Condvar, mut st: MutexGuard<'a, T>, gen: u64, ms: i32) -> MutexGuard<'a, T> {
+    let until = Instant::now() + Duration::from_millis(ms.max(1) as u64);
+    st.sleepers().settling += 1;
+    while st.sleepers().up && !st.moved_on(gen) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        st = match cond.wait_timeout(st, left) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        };
+    }
+    st.sleepers().settling -= 1;
+    st
 }
 
 /// Busy-polling for `polling_time` µs before a wait sleeps (rsocket.md §5).
@@ -359,4 +463,116 @@ pub unsafe fn rselect(
         }
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::readable_now;
+    use std::sync::{Arc, Mutex};
+
+    /// Two sleepers on one rsocket, woken by a change that readies neither:
+    /// the first to wake looks and counts itself again while the other is
+    /// still counted. Once the other has woken too the flag must be down, or
+    /// both poll a raised flag in a loop (the flag used to come down only when
+    /// no sleeper at all was counted, which this order never reaches).
+    #[test]
+    fn flag_comes_down_once_its_sleepers_woke() {
+        let (w, mut sl) = (Flag::new().unwrap(), Sleepers::default());
+        let a = sl.count();
+        let b = sl.count();
+        assert!(!readable_now(w.raw()));
+        sl.notify(&w);
+        assert!(readable_now(w.raw()), "a change wakes the sleepers");
+        sl.finish(a, &w);
+        assert!(readable_now(w.raw()), "still up: b has not woken");
+        let a = sl.count();
+        sl.finish(b, &w);
+        assert!(!readable_now(w.raw()), "down: a looked after the change");
+        let b = sl.count();
+        sl.notify(&w);
+        assert!(readable_now(w.raw()), "the next change wakes both");
+        sl.finish(b, &w);
+        assert!(readable_now(w.raw()), "up until a woke too");
+        sl.finish(a, &w);
+        assert!(!readable_now(w.raw()));
+        assert_eq!((sl.fresh, sl.raised_for, sl.up), (0, 0, false));
+    }
+
+    /// No wake-up is lost: the flag stays up from a change until every sleeper
+    /// counted before it has finished, also one counted between two changes.
+    #[test]
+    fn flag_stays_up_for_every_sleeper_counted_before_a_change() {
+        let (w, mut sl) = (Flag::new().unwrap(), Sleepers::default());
+        let a = sl.count();
+        sl.notify(&w);
+        let c = sl.count();
+        sl.notify(&w);
+        sl.finish(a, &w);
+        assert!(readable_now(w.raw()), "c was counted before the second change");
+        sl.finish(c, &w);
+        assert!(!readable_now(w.raw()));
+        // A change with nobody counted raises nothing; a sleeper counted after it is fresh.
+        sl.notify(&w);
+        assert!(!readable_now(w.raw()));
+        let e = sl.count();
+        sl.finish(e, &w);
+        assert!(!readable_now(w.raw()));
+        assert_eq!((sl.fresh, sl.raised_for), (0, 0));
+    }
+
+    struct Toy {
+        sl: Sleepers,
+        gen: u64,
+    }
+
+    impl Sleepy for Toy {
+        fn sleepers(&mut self) -> &mut Sleepers {
+            &mut self.sl
+        }
+        fn moved_on(&self, gen: u64) -> bool {
+            self.gen != gen
+        }
+    }
+
+    /// A thread that settles while the flag is up for an older sleeper returns
+    /// when that sleeper's finish lowers it (told through the condition
+    /// variable), well before its bound.
+    #[test]
+    fn settle_ends_when_the_flag_comes_down() {
+        let w = Arc::new(Flag::new().unwrap());
+        let m = Arc::new((Mutex::new(Toy { sl: Sleepers::default(), gen: 0 }), Condvar::new()));
+        let old = {
+            let mut st = m.0.lock().unwrap();
+            let t = st.sl.count();
+            st.gen += 1;
+            assert!(!st.sl.notify(&w), "nobody settles yet");
+            t
+        };
+        let (m2, w2) = (m.clone(), w.clone());
+        let waker = std::thread::spawn(move || {
+            // Until the other thread settles: the finish must signal it.
+            while m2.0.lock().unwrap().sl.settling == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut st = m2.0.lock().unwrap();
+            assert!(st.sl.finish(old, &w2), "the finish that lowers the flag wakes the settler");
+            m2.1.notify_all();
+        });
+        let t0 = Instant::now();
+        let st = settle(&m.1, m.0.lock().unwrap(), 1, 10_000);
+        assert!(!st.sl.up && st.sl.settling == 0);
+        assert!(t0.elapsed() < Duration::from_secs(5), "settled for {:?}", t0.elapsed());
+        drop(st);
+        waker.join().unwrap();
+        assert!(!readable_now(w.raw()));
+        // Bounded: with the flag up and nothing changing, it returns after `ms`.
+        let mut st = m.0.lock().unwrap();
+        let t = st.sl.count();
+        st.sl.notify(&w);
+        let t0 = Instant::now();
+        let mut st = settle(&m.1, st, 1, 50);
+        assert!(t0.elapsed() >= Duration::from_millis(50) && st.sl.up);
+        st.sl.finish(t, &w);
+    }
 }
