@@ -649,10 +649,7 @@ impl Dgram {
         if st.gen != gen || st.qps.iter().any(|q| !q.cq.armed()) {
             return Count::Changed;
         }
-        if st.sl.up() {
-            return Count::Busy;
-        }
-        Count::Counted(st.sl.count())
+        st.sl.try_count()
     }
 
     pub fn finish(&self, ticket: u64, polled: Option<&[libc::pollfd]>) {

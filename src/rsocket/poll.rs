@@ -44,16 +44,16 @@ impl Sock {
     /// was read.
     fn count_if(&self, gen: u64) -> Count {
         match self {
-            Sock::Stream(s) if s.count_waiter(gen) => Count::Counted(0),
-            Sock::Stream(_) => Count::Changed,
+            Sock::Stream(s) => s.count_waiter(gen),
             Sock::Dgram(d) => d.count_waiter(gen),
         }
     }
 
-    /// After `Count::Busy` (datagram rsockets only), with no count held anywhere.
+    /// After `Count::Busy`, with no count held anywhere.
     fn settle(&self, gen: u64, ms: i32) {
-        if let Sock::Dgram(d) = self {
-            d.settle_after(gen, ms);
+        match self {
+            Sock::Stream(s) => s.settle_after(gen, ms),
+            Sock::Dgram(d) => d.settle_after(gen, ms),
         }
     }
 
@@ -61,9 +61,9 @@ impl Sock {
     /// `ticket`: what counting this sleeper returned (None: not counted).
     pub fn finish(&self, ticket: Option<u64>, polled: Option<&[libc::pollfd]>) {
         match (self, ticket) {
-            (Sock::Stream(s), Some(_)) => {
+            (Sock::Stream(s), Some(t)) => {
                 let mut st = s.lock();
-                s.finish(&mut st, polled);
+                s.finish(&mut st, t, polled);
             }
             (Sock::Dgram(d), Some(t)) => d.finish(t, polled),
             _ => {}
@@ -78,7 +78,7 @@ pub enum Count {
     /// The state changed since the look: look again instead of sleeping.
     Changed,
     /// The rsocket's wake flag is still up for sleepers counted before the
-    /// look (datagram rsockets): wait for them to lower it, then look again.
+    /// look: wait for them to lower it, then look again.
     Busy,
 }
 
@@ -113,6 +113,15 @@ impl Sleepers {
     pub fn count(&mut self) -> u64 {
         self.fresh += 1;
         self.epoch
+    }
+
+    /// `count`, unless the flag is up for older sleepers (Busy: `settle`, then
+    /// look again).
+    pub fn try_count(&mut self) -> Count {
+        if self.up {
+            return Count::Busy;
+        }
+        Count::Counted(self.count())
     }
 
     /// Whether the flag is up for sleepers counted before now: a thread that
@@ -248,7 +257,7 @@ impl<'a> Sleep<'a> {
     /// false when one changed: do not sleep, look again. On an rsocket whose
     /// wake flag is still up for older sleepers it also waits for them first
     /// (at most `ms`, the sleep it would have had), having given back every
-    /// count (see `Dgram::settle`).
+    /// count (see `settle`).
     pub fn count(&mut self, gens: &[u64], ms: i32) -> bool {
         for (i, &gen) in gens.iter().enumerate().take(self.socks.len()) {
             let (s, _, ticket) = self.socks[i];

@@ -13,6 +13,7 @@ use super::config::*;
 use super::conn::Conn;
 use super::iov::{Gather, Scatter};
 use super::opts::Opts;
+use super::poll::{self, Count, Sleepers, Sleepy};
 use super::wire::*;
 use crate::cm::registry::lock;
 use crate::sys::{Errno, Flag, Result};
@@ -77,10 +78,9 @@ pub struct St {
     dst: Vec<u8>,
     pub conn: Option<Conn>,
     pub listen: Option<Listen>,
-    pub waiters: u32,
-    /// Whether `wake` is raised (it is raised and lowered under this lock).
-    pub wake_up: bool,
-    /// Threads in `cond.wait_timeout` (raccept).
+    /// The sleepers and the wake flag.
+    sl: Sleepers,
+    /// Threads in raccept's `cond.wait_timeout`.
     cond_waiters: u32,
     /// The CM channel had an event at the last sleep (read it at the next progress).
     pub cm_pending: bool,
@@ -106,6 +106,15 @@ const CM_CHECK_PASSES: u32 = 16;
 
 fn eagain(e: Errno) -> bool {
     e == Errno::EAGAIN || e.0 == libc::EWOULDBLOCK
+}
+
+impl Sleepy for St {
+    fn sleepers(&mut self) -> &mut Sleepers {
+        &mut self.sl
+    }
+    fn moved_on(&self, gen: u64) -> bool {
+        self.gen != gen || self.phase == Phase::Closed
+    }
 }
 
 impl St {
@@ -428,8 +437,7 @@ impl Stream {
                 dst: Vec::new(),
                 conn: None,
                 listen: None,
-                waiters: 0,
-                wake_up: false,
+                sl: Sleepers::default(),
                 cond_waiters: 0,
                 cm_pending: true,
                 last_cm_check: Instant::now(),
@@ -457,14 +465,10 @@ impl Stream {
     /// A change of readiness also bumps `gen` (rpoll counts itself only on an
     /// unchanged generation; repoll's edges are generations), where it is made.
     pub fn notify(&self, st: &mut St) {
-        if st.waiters > 0 && !st.wake_up {
-            // Under the lock, as is lowering it: one write per change, none while up.
-            self.wake.raise();
-            st.wake_up = true;
-        }
         // A notify is a futex syscall even with nobody waiting, and this runs on
-        // every receive: only raccept sleeps on the condition variable.
-        if st.cond_waiters > 0 {
+        // every receive: only raccept and settling threads wait on the
+        // condition variable.
+        if st.sl.notify(&self.wake) || st.cond_waiters > 0 {
             self.cond.notify_all();
         }
     }
@@ -518,17 +522,23 @@ impl Stream {
             if let Some(d) = deadline {
                 slice = slice.min(d.saturating_duration_since(Instant::now()).as_millis() as i32 + 1);
             }
+            // Up for sleepers counted before this look: not for this one.
+            if st.sl.up() {
+                let gen = st.gen;
+                st = poll::settle(&self.cond, st, gen, slice);
+                continue;
+            }
             // Counted only now, under the lock held since that look: a change made
             // by another thread after it raises the wake flag, and the progress
             // above did not raise it for this thread itself (a write and a read
             // of the flag, and a poll that returns at once, on every such race).
-            st.waiters += 1;
+            let ticket = st.sl.count();
             drop(st);
             // SAFETY: a live pollfd array.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
             let err = Errno::last();
             st = self.lock();
-            self.finish(&mut st, (r >= 0).then_some(&fds[..]));
+            self.finish(&mut st, ticket, (r >= 0).then_some(&fds[..]));
             // A signal ends the call as it would end upstream's blocking read
             // of the completion channel (sys::eintr_ends_call); other errors
             // (ENOMEM, too many fds) would fail every retry too.
@@ -539,16 +549,21 @@ impl Stream {
     }
 
     /// Counts a sleeper that armed with `arm`, unless the state changed since
-    /// it read generation `gen` (false: it must look again, not sleep).
-    pub fn count_waiter(&self, gen: u64) -> bool {
+    /// it read generation `gen`: look again instead. Busy: the wake flag is up
+    /// for older sleepers (`settle_after`, then look again).
+    pub fn count_waiter(&self, gen: u64) -> Count {
         let mut st = self.lock();
         // Another sleeper's finish may have read the event of the arming this
         // sleeper relied on: then arm again (and look again) first.
         if st.gen != gen || st.conn.as_ref().is_some_and(|c| !c.cq.armed()) {
-            return false;
+            return Count::Changed;
         }
-        st.waiters += 1;
-        true
+        st.sl.try_count()
+    }
+
+    /// `poll::settle` for rpoll and repoll, whose look read generation `gen`.
+    pub fn settle_after(&self, gen: u64, ms: i32) {
+        drop(poll::settle(&self.cond, self.lock(), gen, ms));
     }
 
     /// Adds the fds a sleeper on this rsocket polls, arming the CQ.
@@ -575,10 +590,10 @@ impl Stream {
     /// slept on them; None when the caller did not sleep. What that poll
     /// reported needs no second look (a `poll` of the CM fd, a `read` that
     /// finds no completion event): each costs a syscall on every sleep.
-    pub fn finish(&self, st: &mut St, polled: Option<&[libc::pollfd]>) {
-        st.waiters = st.waiters.saturating_sub(1);
-        if st.waiters == 0 && std::mem::take(&mut st.wake_up) {
-            self.wake.lower();
+    /// `ticket`: what counting this sleeper returned.
+    pub fn finish(&self, st: &mut St, ticket: u64, polled: Option<&[libc::pollfd]>) {
+        if st.sl.finish(ticket, &self.wake) {
+            self.cond.notify_all();
         }
         // A CQ event read here is processed here (see Dgram::finish_locked).
         if st.conn.as_mut().is_some_and(|c| c.cq.after_sleep(polled)) {

@@ -2,10 +2,11 @@
 # rsockets end to end, over the soft RDMA fabric on 127.0.0.1 (issue 5):
 #   * the C checks of c-examples/rsocket (non-blocking connect, rpoll readiness,
 #     shutdown/EOF and dead peers, riomap/riowrite placement, repoll, datagrams,
-#     socket options, signals (EINTR), a CQ that cannot be armed, keepalives,
-#     resources returned over 300 connection cycles, full duplex from two
-#     threads per end), also in iWARP's message mode, and the preload checks
-#     program (kernel TCP, then under the preload)
+#     two sleepers on one rsocket (datagram, stream) staying asleep through a
+#     change that readies neither, socket options, signals (EINTR), a CQ that
+#     cannot be armed, keepalives, resources returned over 300 connection
+#     cycles, full duplex from two threads per end), also in iWARP's message
+#     mode, and the preload checks program (kernel TCP, then under the preload)
 #   * Debian's rstream (several sizes, bandwidth and latency, non-blocking and
 #     blocking, data verified; RS_FULL=1 adds its whole default run),
 #     riostream, udpong and rcopy (file compared with cmp), ours on both sides
@@ -56,7 +57,7 @@ else ko "build" "compiler errors" "$out/build.log"; fi
 
 # --- the C checks: each gets its own block of ports ---
 port=$BASE
-for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers signal_eintr dgram_eintr arm_failure sockopts keepalive cycles duplex; do
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers stream_sleepers signal_eintr dgram_eintr arm_failure sockopts keepalive cycles duplex; do
 	want "$n" || { port=$((port+10)); continue; }
 	if timeout 90 "$L" "build/rsocket/$n" $port > "$out/$n.log" 2>&1 && ! grep -q '^FAIL' "$out/$n.log"; then
 		ok "$n ($(grep -c '^ok' "$out/$n.log") checks)"
@@ -89,7 +90,7 @@ fi
 # 60 s interval a lost wake-up fails them
 if want wakeups; then
 	wconf=$PWD/$out/conf-wakeups; mkdir -p "$wconf"; echo 60000 > "$wconf/wake_up_interval"
-	for n in rpoll_readiness shutdown_eof duplex dgram_wakeup dgram_sleepers repoll; do
+	for n in rpoll_readiness shutdown_eof duplex dgram_wakeup dgram_sleepers stream_sleepers repoll; do
 		if RDMACM_RS_RSOCKET_CONF=$wconf timeout 120 "$L" "build/rsocket/$n" $port > "$out/wakeups-$n.log" 2>&1 \
 			&& ! grep -q '^FAIL' "$out/wakeups-$n.log"; then ok "$n, no periodic re-scan"
 		else ko "$n, no periodic re-scan" "failed" "$out/wakeups-$n.log"; fi
@@ -139,7 +140,7 @@ duo() {
 }
 
 # --- rstream: sizes, non-blocking (default) and blocking, data verified ---
-port=$((BASE+240)) # past the C checks' ports (15 programs, msg-send, wakeups, preload: 232)
+port=$((BASE+260)) # past the C checks' ports (16 programs, msg-send, wakeups, preload: 252)
 for mode in n b; do
 	for s in 64 4096 65536 1048576; do
 		c=1000; [ $s -ge 1048576 ] && c=100
