@@ -1,8 +1,8 @@
 /* A completion queue that cannot be armed (ibv_req_notify_cq fails) ends a
  * wait with that error instead of a spin: rpoll and repoll_wait on a datagram
- * and on a connected stream rsocket, and a blocking rrecvfrom, fail with the
- * verbs error (EIO here) at once, after one try to arm. Once arming works
- * again, so do the sleeps.
+ * and on a connected stream rsocket, a blocking rrecvfrom on the datagram one
+ * and a blocking rrecv on the stream, fail with the verbs error (EIO here) at
+ * once, after one try to arm. Once arming works again, so do the sleeps.
  * The failure is made by swapping the device context's req_notify_cq op
  * (ibv_req_notify_cq calls cq->context->ops.req_notify_cq; the contexts
  * rdma_get_devices returns are those the library's CQs live on) for one that
@@ -78,14 +78,36 @@ static int x;
 static ssize_t got = -2;
 static int got_errno;
 
+/* arg: the stream rsocket's fd (rrecv), or NULL for x (rrecvfrom) */
 static void *receiver(void *arg)
 {
 	char buf[16];
 
-	(void)arg;
-	got = rrecvfrom(x, buf, sizeof(buf), 0, NULL, NULL);
+	got = arg ? rrecv(*(int *)arg, buf, sizeof(buf), 0) : rrecvfrom(x, buf, sizeof(buf), 0, NULL, NULL);
 	got_errno = errno;
 	return NULL;
+}
+
+/* A blocking receive (see receiver) fails at once; it would sleep for ever,
+ * or in wake_up_interval slices, without its CQ. */
+static void blocking_receive_fails(const char *what, int *stream)
+{
+	struct timespec ts;
+	pthread_t t;
+	char msg[256];
+
+	start();
+	got = -2;
+	if (pthread_create(&t, NULL, receiver, stream))
+		fatal("pthread_create");
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 3;
+	if (pthread_timedjoin_np(t, NULL, &ts)) {
+		snprintf(msg, sizeof(msg), "%s: still sleeps after 3 s", what);
+		fail_stuck(msg);
+	}
+	errno = got_errno;
+	fails_at_once(what, (int)got);
 }
 
 static int s_fd;
@@ -105,7 +127,6 @@ int main(int argc, char **argv)
 	struct sockaddr_in xa = lo_addr(port), ya = lo_addr(port + 1);
 	struct pollfd p;
 	struct epoll_event ev = { .events = EPOLLIN }, out;
-	struct timespec ts;
 	char buf[16];
 	pthread_t t;
 	int y, ep, l, c, r;
@@ -147,16 +168,8 @@ int main(int argc, char **argv)
 	r = rpoll(&p, 1, 500);
 	fails_at_once("rpoll on a connected stream whose CQ cannot be armed fails with EIO", r);
 
-	/* a blocking datagram receive: it would sleep for ever without its CQ */
-	start();
-	if (pthread_create(&t, NULL, receiver, NULL))
-		fatal("pthread_create");
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 3;
-	if (pthread_timedjoin_np(t, NULL, &ts))
-		fail_stuck("a blocking rrecvfrom on a datagram rsocket whose CQ cannot be armed still sleeps after 3 s");
-	errno = got_errno;
-	fails_at_once("a blocking rrecvfrom on it fails with EIO", (int)got);
+	blocking_receive_fails("a blocking rrecv on the stream fails with EIO", &c);
+	blocking_receive_fails("a blocking rrecvfrom on the datagram rsocket fails with EIO", NULL);
 
 	/* arming works again: so do the sleeps */
 	CHECK(rsendto(y, "pong", 4, 0, (struct sockaddr *)&xa, sizeof(xa)) == 4, "y answers", "%s", strerror(errno));
@@ -171,6 +184,11 @@ int main(int argc, char **argv)
 	r |= rpoll(&p, 1, 5000) == 1 ? 0 : -1;
 	pthread_join(t, NULL);
 	CHECK(r == 0 && rrecv(c, buf, sizeof(buf), 0) == 4, "and on the stream", "failed");
+	if (pthread_create(&t, NULL, late_send, NULL))
+		fatal("pthread_create");
+	r = rrecv(c, buf, sizeof(buf), 0);
+	pthread_join(t, NULL);
+	CHECK(r == 4, "and a blocking rrecv on it", "%d (%s)", r, strerror(errno));
 
 	rclose(ep);
 	rclose(c);

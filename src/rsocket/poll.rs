@@ -21,21 +21,10 @@ impl Sock {
 
     /// Adds what a sleeper on this rsocket polls (its CQs armed), without
     /// counting the sleeper: `count_if` does, after the caller's last look.
-    /// Fails when a CQ cannot be armed (see `Dgram::arm_locked`).
+    /// Fails when a CQ cannot be armed (see `Dgram::arm_locked`, `Stream::arm`).
     pub fn arm(&self, fds: &mut Vec<libc::pollfd>) -> Result<()> {
         match self {
-            Sock::Stream(s) => {
-                let mut st = s.lock();
-                s.arm(&mut st, fds);
-                // Stream::arm leaves a CQ it could not arm out of the sleep, and
-                // its count_waiter then refuses the sleeper: rpoll looked and
-                // armed again in a loop. Ask once more, for the error.
-                if let Some(c) = st.conn.as_mut().filter(|c| !c.cq.armed()) {
-                    c.cq.arm()?;
-                    fds.push(libc::pollfd { fd: c.cq.fd(), events: libc::POLLIN, revents: 0 });
-                }
-                Ok(())
-            }
+            Sock::Stream(s) => s.arm(&mut s.lock(), fds),
             Sock::Dgram(d) => d.arm(fds),
         }
     }

@@ -512,7 +512,7 @@ impl Stream {
                 continue;
             }
             let mut fds = Vec::with_capacity(3);
-            self.arm(&mut st, &mut fds);
+            self.arm(&mut st, &mut fds)?;
             // Completions that came before the CQ was armed raise no event: look again.
             self.progress(&mut st);
             if ready(&st) || st.phase == Phase::Closed {
@@ -567,23 +567,27 @@ impl Stream {
     }
 
     /// Adds the fds a sleeper on this rsocket polls, arming the CQ.
-    pub fn arm(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) {
+    /// A CQ that cannot be armed fails the wait with the verbs error, as a
+    /// datagram rsocket's does (see `Dgram::arm_locked`): left out of the
+    /// sleep, its completions would be seen only every wake_up_interval, and
+    /// rpoll's count would refuse the unarmed CQ and look again in a loop.
+    pub fn arm(&self, st: &mut St, fds: &mut Vec<libc::pollfd>) -> Result<()> {
         let ev = libc::POLLIN;
         fds.push(libc::pollfd { fd: self.wake.raw(), events: ev, revents: 0 });
         if st.phase == Phase::Listening {
             if let Some(l) = st.listen.as_ref() {
                 fds.push(libc::pollfd { fd: l.flag.raw(), events: ev, revents: 0 });
             }
-            return;
+            return Ok(());
         }
         if let Some(c) = st.conn.as_mut() {
-            if c.cq.arm().is_ok() {
-                fds.push(libc::pollfd { fd: c.cq.fd(), events: ev, revents: 0 });
-            }
+            c.cq.arm()?;
+            fds.push(libc::pollfd { fd: c.cq.fd(), events: ev, revents: 0 });
         }
         if st.id.is_some() && (st.phase.opening() || st.phase.connected()) {
             fds.push(libc::pollfd { fd: self.fd, events: ev, revents: 0 });
         }
+        Ok(())
     }
 
     /// `polled`: the entries `prepare` added, with the revents of the poll(2) that
