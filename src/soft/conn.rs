@@ -680,7 +680,6 @@ pub fn join(s: &Arc<SoftId>, group: SocketAddr, flags: u32, context: usize) -> R
     let sgid = dev()?.gid_index(src.ip());
     let mut p = ud_param(mgid, sgid, 0xFF_FFFF, RDMA_UDP_QKEY);
     p.0.ud.private_data = context as *const libc::c_void;
-    p.0.ud.ah_attr.grh.hop_limit = 1;
     let ev = if status == 0 { RDMA_CM_EVENT_MULTICAST_JOIN } else { RDMA_CM_EVENT_MULTICAST_ERROR };
     s.post(ev, status, p, Vec::new(), true);
     Ok(())

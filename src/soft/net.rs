@@ -34,20 +34,11 @@ pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     }
 }
 
-/// The multicast GID RoCE uses for an IP multicast group.
+/// The multicast GID of an IP multicast group, as the kernel CM makes it for
+/// RoCE v2 (the soft device's GIDs are RoCE v2's): an IPv4 group's is its
+/// IPv4-mapped address, an IPv6 group's the address itself.
 pub fn mgid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v) => {
-            let mut g = [0u8; 16];
-            g[0] = 0xff;
-            g[1] = 0x0e;
-            g[10] = 0xff;
-            g[11] = 0xff;
-            g[12..].copy_from_slice(&v.octets());
-            g
-        }
-        IpAddr::V6(v) => v.octets(),
-    }
+    gid_of(ip)
 }
 
 /// Every IP address of this machine's interfaces (the soft device's GIDs).

@@ -78,8 +78,10 @@ pub fn gid_to_ip(gid: &[u8; 16]) -> IpAddr {
     }
 }
 
+/// An IPv6 multicast GID, or (RoCE v2, as the kernel CM makes them for IPv4
+/// groups) an IPv4-mapped multicast address.
 pub fn is_mcast_gid(gid: &[u8; 16]) -> bool {
-    gid[0] == 0xff
+    gid[0] == 0xff || matches!(gid_to_ip(gid), IpAddr::V4(v) if v.is_multicast())
 }
 
 /// The host's addresses as GIDs, best first: IPv4 (non-loopback, then 127.0.0.1), then
@@ -138,4 +140,18 @@ pub fn host_gids() -> Vec<GidEntry> {
         all.push(GidEntry { gid: ip_to_gid(IpAddr::V4(Ipv4Addr::LOCALHOST)), ifindex: 1 });
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multicast_gids_ipv6_and_ipv4_mapped() {
+        let g = |s: &str| ip_to_gid(s.parse().unwrap());
+        assert!(is_mcast_gid(&g("239.1.2.3")), "RoCE v2: an IPv4 group's mapped address");
+        assert!(is_mcast_gid(&g("ff0e::ffff:ef01:0203")));
+        assert!(!is_mcast_gid(&g("10.0.0.1")));
+        assert!(!is_mcast_gid(&g("::1")));
+    }
 }
