@@ -812,7 +812,8 @@ impl Stream {
             }
             match self.wait(st, nonblock, deadline, |s| s.can_send() || s.phase != Phase::Open || !s.writable) {
                 Ok(g) => st = g,
-                Err(e) if (eagain(e) || e.0 == libc::ETIMEDOUT || e.0 == libc::EINTR) && sent > 0 => return Ok(sent),
+                // What went out is reported, whatever ended the wait (as a socket's send).
+                Err(_) if sent > 0 => return Ok(sent),
                 Err(e) if e.0 == libc::ETIMEDOUT => return Err(Errno::EAGAIN),
                 Err(e) => return Err(e),
             }
