@@ -473,8 +473,9 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
     if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.phase() != Phase::Listening {
         return reject(REJ_INVALID_SERVICE_ID);
     }
-    let local = c.sock.local_addr().ok();
-    let remote = m.src.or_else(|| c.peer());
+    // A dual-stack listener's IPv4 requests come from and to mapped addresses.
+    let local = c.sock.local_addr().ok().map(net::unmapped);
+    let remote = m.src.or_else(|| c.peer()).map(net::unmapped);
     let Some(child) = new_child(l) else { return reject(REJ_CONSUMER) };
     if set_addrs(&child, local, remote).is_err() {
         let _ = IdBox::destroy(child.core.ptr().0);

@@ -290,8 +290,8 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     // any port (sock::bind), and where TCP does refuse it says EADDRINUSE
     // for what the kernel CM calls EADDRNOTAVAIL.
     let given = if a.port() != 0 { Some(ports::PortClaim::take(ps, a, reuse, afonly)?) } else { None };
-    let fd = sock::bind(&a, udp)?;
-    let real = sock::local_addr(&fd)?;
+    let fd = sock::bind(&a, udp, afonly)?;
+    let real = sock::local_addr_for(&fd, &a)?;
     // A port the system picked is one no socket of ours is bound to.
     let claim = match given {
         Some(c) => c,
@@ -383,6 +383,12 @@ impl Backend for Soft {
         if st.phase.get() != Phase::Bound {
             return Err(Errno::EINVAL);
         }
+        // The socket must hear what the listener will be asked for. Where
+        // AFONLY changed after bind and set_option could not refit it (a
+        // socket of another process holds the port in the other family),
+        // the listen is refused as the kernel CM's port check refuses it.
+        let afonly = sharing(&s, &st.src.ok_or(Errno::EINVAL)?).1;
+        refit(&mut st, s.is_ud(), afonly).map_err(|e| if e.0 == libc::EADDRINUSE { sock::unavailable() } else { e })?;
         // The kernel CM's rule for a listener's port (ports.rs), which TCP's
         // listen would not apply.
         let claim = st.claim.as_ref().ok_or(Errno::EINVAL)?;
@@ -480,8 +486,16 @@ impl Backend for Soft {
                 Ok(())
             }
             Opt::AfOnly(v) => {
-                if let Some(c) = &s.st().claim {
+                let udp = s.is_ud();
+                let mut st = s.st();
+                if let Some(c) = &st.claim {
                     c.set_afonly(*v);
+                }
+                // The bound socket follows at once, so that other processes
+                // meet the id's new hold. A socket that cannot follow is
+                // refused by rdma_listen, where the kernel CM would refuse it.
+                if st.phase.get() == Phase::Bound {
+                    let _ = refit(&mut st, udp, *v);
                 }
                 Ok(())
             }
@@ -506,6 +520,18 @@ impl Backend for Soft {
     }
 }
 
+/// Makes a bound id's socket hear the families `afonly` says (sock::fits).
+/// IPV6_V6ONLY cannot change on a bound socket, so a new one takes the same
+/// address and port (SO_REUSEADDR lets both hold it while neither listens)
+/// and the old one goes; on failure the old one stays.
+fn refit(st: &mut St, udp: bool, afonly: bool) -> Result<()> {
+    let (Some(fd), Some(src)) = (&st.bound, st.src) else { return Ok(()) };
+    if !sock::fits(fd, &src, afonly) {
+        st.bound = Some(sock::bind(&src, udp, afonly)?);
+    }
+    Ok(())
+}
+
 fn post_resolved(s: &SoftId, r: Result<()>) {
     match r {
         Ok(()) => s.post(RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::zeroed(), Vec::new(), false),
@@ -522,10 +548,11 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
         Some(b) if !b.ip().is_unspecified() => (b, None),
         Some(b) => (SocketAddr::new(ip, b.port()), None),
         None => {
-            let fd = sock::bind(&SocketAddr::new(ip, 0), s.is_ud())?;
-            let src = sock::local_addr(&fd)?;
+            let any_port = SocketAddr::new(ip, 0);
+            let (reuse, afonly) = sharing(s, &any_port);
+            let fd = sock::bind(&any_port, s.is_ud(), afonly)?;
+            let src = sock::local_addr_for(&fd, &any_port)?;
             // Held as a bound id's port is: the kernel CM binds an unbound id here.
-            let (reuse, afonly) = sharing(s, &src);
             let claim = ports::PortClaim::take(s.ps(), src, reuse, afonly).map_err(|_| sock::unavailable())?;
             (src, Some((fd, claim)))
         }

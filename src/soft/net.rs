@@ -26,6 +26,14 @@ pub fn to_storage(a: &SocketAddr, out: &mut [u8; 128]) {
     }
 }
 
+/// An address as the kernel CM reports a request's: an IPv4 peer reaching
+/// a dual-stack socket shows as IPv4-mapped IPv6 ([::ffff:a.b.c.d]), and
+/// the CM takes both ends from the request's header, where it is IPv4
+/// (cma_save_ip4_info): AF_INET on the new id, whatever the listener's family.
+pub fn unmapped(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
 /// The 16-byte GID of an IP address (RoCE style: IPv4-mapped IPv6).
 pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     match ip {
@@ -113,5 +121,7 @@ mod tests {
         assert!(local_ips().contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
         assert_eq!(route_source(&"127.0.0.1:1".parse().unwrap()).unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(gid_of("1.2.3.4".parse().unwrap())[10..], [0xff, 0xff, 1, 2, 3, 4]);
+        assert_eq!(unmapped("[::ffff:127.0.0.1]:7".parse().unwrap()), "127.0.0.1:7".parse::<SocketAddr>().unwrap());
+        assert_eq!(unmapped("[::1]:7".parse().unwrap()), "[::1]:7".parse::<SocketAddr>().unwrap());
     }
 }

@@ -174,3 +174,88 @@ fn reuseaddr_and_afonly_change_in_the_kernel_cms_states() {
     assert_eq!(Soft.listen(&a, 1), Ok(()));
     assert_eq!(opt(&a, Opt::ReuseAddr(true)), Err(Errno::EINVAL));
 }
+
+/// Whether a TCP connect to `to` is answered (by the engine, which accepts
+/// for a listener), as a client of that family would find it.
+fn hears_tcp(to: &str) -> bool {
+    std::net::TcpStream::connect(to).is_ok()
+}
+
+/// Whether a UDP port is bound for `to`'s family: a datagram to an unbound
+/// one comes back as ICMP port unreachable, which the next receive reports.
+fn hears_udp(to: &str) -> bool {
+    let any = if to.starts_with('[') { "[::1]:0" } else { "127.0.0.1:0" };
+    let u = std::net::UdpSocket::bind(any).unwrap();
+    u.connect(to).unwrap();
+    u.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+    u.send(b"not a CM message").unwrap();
+    !matches!(u.recv(&mut [0u8; 64]), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+#[test]
+fn an_ipv6_wildcard_listener_without_afonly_hears_ipv4_clients() {
+    let mut r = Rig::new();
+    for (ps, hears) in [(RDMA_PS_TCP, hears_tcp as fn(&str) -> bool), (RDMA_PS_UDP, hears_udp)] {
+        let (both, v6) = (r.id(ps, false), r.id(ps, false));
+        // Set, so that the host's net.ipv6.bindv6only does not matter.
+        opt(&both, Opt::AfOnly(false)).unwrap();
+        opt(&v6, Opt::AfOnly(true)).unwrap();
+        bind(&both, "[::]:0").unwrap();
+        bind(&v6, "[::]:0").unwrap();
+        assert_eq!(Soft.listen(&both, 1), Ok(()));
+        assert_eq!(Soft.listen(&v6, 1), Ok(()));
+        let (p, q) = (port(&both), port(&v6));
+        assert!(hears(&format!("127.0.0.1:{p}")), "PS {ps:#x}: an IPv4 client reaches the listener without AFONLY");
+        assert!(hears(&format!("[::1]:{p}")));
+        assert!(!hears(&format!("127.0.0.1:{q}")), "PS {ps:#x}: an AFONLY listener hears IPv6 only");
+        assert!(hears(&format!("[::1]:{q}")));
+    }
+}
+
+#[test]
+fn an_ipv4_wildcard_listener_without_afonly_hears_ipv6_clients() {
+    let mut r = Rig::new();
+    let a = r.id(RDMA_PS_TCP, false);
+    opt(&a, Opt::AfOnly(false)).unwrap();
+    bind(&a, "0.0.0.0:0").unwrap();
+    assert!(soft_id(&a).st().src.unwrap().is_ipv4(), "the id keeps its family");
+    assert_eq!(Soft.listen(&a, 1), Ok(()));
+    let p = port(&a);
+    assert!(hears_tcp(&format!("[::1]:{p}")), "the kernel CM gives such a listener IPv6 requests too");
+    assert!(hears_tcp(&format!("127.0.0.1:{p}")));
+}
+
+#[test]
+fn afonly_set_on_a_bound_id_changes_what_its_socket_hears() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false));
+    opt(&a, Opt::AfOnly(true)).unwrap();
+    opt(&b, Opt::AfOnly(false)).unwrap();
+    bind(&a, "[::]:0").unwrap();
+    bind(&b, "[::]:0").unwrap();
+    opt(&a, Opt::AfOnly(false)).unwrap();
+    opt(&b, Opt::AfOnly(true)).unwrap();
+    assert_eq!(Soft.listen(&a, 1), Ok(()));
+    assert_eq!(Soft.listen(&b, 1), Ok(()));
+    let (p, q) = (port(&a), port(&b));
+    assert!(hears_tcp(&format!("127.0.0.1:{p}")), "AFONLY turned off after bind");
+    assert!(!hears_tcp(&format!("127.0.0.1:{q}")), "AFONLY turned on after bind");
+    assert!(hears_tcp(&format!("[::1]:{q}")));
+}
+
+#[test]
+fn a_listen_whose_socket_cannot_hear_both_families_is_refused() {
+    let mut r = Rig::new();
+    let a = r.id(RDMA_PS_TCP, false);
+    opt(&a, Opt::AfOnly(true)).unwrap();
+    bind(&a, "[::]:0").unwrap();
+    let p = port(&a);
+    // Another process's listener on the IPv4 side of the port, which our
+    // own port claims do not know of.
+    let other = std::net::TcpListener::bind(format!("0.0.0.0:{p}")).unwrap();
+    assert_eq!(opt(&a, Opt::AfOnly(false)), Ok(()), "the kernel CM takes the option and refuses the listen");
+    assert_eq!(Soft.listen(&a, 1), NOTAVAIL);
+    drop(other);
+    assert_eq!(Soft.listen(&a, 1), Ok(()), "a failed listen leaves the id bound");
+    assert!(hears_tcp(&format!("127.0.0.1:{p}")));
+}

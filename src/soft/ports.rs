@@ -9,8 +9,8 @@
 //! holds it and refuses every later bind. A refusal is EADDRNOTAVAIL when
 //! either address is the wildcard, EADDRINUSE for the same address. IPv4
 //! and IPv6 holders are apart only when both are AFONLY (an IPv4 id is,
-//! unless told otherwise; an IPv6 id as net.ipv6.bindv6only says), though
-//! the soft CM's sockets always are (IPV6_V6ONLY). Each RDMA_PS is a port
+//! unless told otherwise; an IPv6 id as net.ipv6.bindv6only says), and a
+//! wildcard id's socket hears what its AFONLY says (sock::bind). Each RDMA_PS is a port
 //! space of its own, as in the kernel CM, even where two share a socket
 //! type (UDP and IPOIB both live on UDP ports here). Ids of other processes
 //! are not seen.

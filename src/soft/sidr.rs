@@ -148,11 +148,12 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
                 return;
             }
             let Some(child) = new_child(s) else { return };
+            // A dual-stack listener's IPv4 requests come from mapped addresses.
             let local = u.local_addr().ok().map(|l| {
                 let ip = m.dst.map(|d| d.ip()).unwrap_or(l.ip());
-                SocketAddr::new(ip, l.port())
+                net::unmapped(SocketAddr::new(ip, l.port()))
             });
-            let remote = m.src.or(Some(from));
+            let remote = m.src.or(Some(from)).map(net::unmapped);
             if set_addrs(&child, local, remote).is_err() {
                 let _ = IdBox::destroy(child.core.ptr().0);
                 return;
