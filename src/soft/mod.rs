@@ -279,8 +279,10 @@ fn sharing(s: &SoftId, a: &SocketAddr) -> (bool, bool) {
     (st.options.reuseaddr == Some(true), st.options.afonly.unwrap_or_else(|| ports::default_afonly(a)))
 }
 
-/// Binds an id's RDMA port: reserves the TCP (or UDP) port now.
-fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
+/// Binds an id's RDMA port: reserves the TCP (or UDP) port now. The id must
+/// be in `from`: Idle, which it leaves for Bound, or AddrQuery, which it
+/// keeps (rdma_resolve_addr binding the source address it was given).
+fn do_bind(s: &SoftId, a: SocketAddr, from: Phase) -> Result<()> {
     if !net::is_local(a.ip()) {
         return Err(sock::unavailable());
     }
@@ -301,12 +303,13 @@ fn do_bind(s: &SoftId, a: SocketAddr) -> Result<()> {
     // loser changes nothing (set_addrs takes the core's lock after ours, as
     // posting an event does).
     let mut st = s.st();
-    if st.phase.get() != Phase::Idle {
+    if st.phase.get() != from {
         return Err(Errno::EINVAL);
     }
     set_addrs(s, Some(real), None)?;
     // Checked above in this hold: cannot fail.
-    st.phase.step(|p| p == Phase::Idle, Phase::Bound).map_err(|_| Errno::EINVAL)?;
+    let to = if from == Phase::Idle { Phase::Bound } else { from };
+    st.phase.step(|p| p == from, to).map_err(|_| Errno::EINVAL)?;
     st.bound = Some(fd);
     st.claim = Some(claim);
     st.src = Some(real);
@@ -321,21 +324,14 @@ impl Backend for Soft {
         if s.phase() != Phase::Idle {
             return Err(Errno::EINVAL);
         }
-        do_bind(&s, a)
+        do_bind(&s, a, Phase::Idle)
     }
 
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
         let s = soft_id(id);
         let dst = net::from_bytes(dst)?;
-        let phase = s.phase();
-        if !matches!(phase, Phase::Idle | Phase::Bound) {
-            return Err(Errno::EINVAL);
-        }
-        if phase == Phase::Idle {
-            if let Some(b) = src {
-                do_bind(&s, net::from_bytes(b)?)?;
-            }
-        }
+        let src = src.map(net::from_bytes).transpose()?;
+        start_query(&s, src)?;
         let bound_ip = s.st().src.map(|a| a.ip()).filter(|ip| !ip.is_unspecified());
         let route = match bound_ip {
             // A multicast group is reached from the address the id is bound to.
@@ -377,7 +373,7 @@ impl Backend for Soft {
         let s = soft_id(id);
         if s.phase() == Phase::Idle {
             let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
-            do_bind(&s, any)?;
+            do_bind(&s, any, Phase::Idle)?;
         }
         let mut st = s.st();
         if st.phase.get() != Phase::Bound {
@@ -520,6 +516,22 @@ impl Backend for Soft {
     }
 }
 
+/// rdma_resolve_addr's start: the id moves to AddrQuery under its lock, so
+/// that of two calls (two threads, or one while the other's probe of a
+/// remote host runs) the second is refused at once, as the kernel CM
+/// refuses it; an idle id given a source address is bound to it.
+fn start_query(s: &SoftId, src: Option<SocketAddr>) -> Result<()> {
+    let was = s.transition(|p| matches!(p, Phase::Idle | Phase::Bound), Phase::AddrQuery).map_err(|_| Errno::EINVAL)?;
+    if let (Phase::Idle, Some(a)) = (was, src) {
+        if let Err(e) = do_bind(s, a, Phase::AddrQuery) {
+            // No query then, and no event: the id is as it was (unless destroyed meanwhile).
+            let _ = s.transition(|p| p == Phase::AddrQuery, Phase::Idle);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Makes a bound id's socket hear the families `afonly` says (sock::fits).
 /// IPV6_V6ONLY cannot change on a bound socket, so a new one takes the same
 /// address and port (SO_REUSEADDR lets both hold it while neither listens)
@@ -532,10 +544,23 @@ fn refit(st: &mut St, udp: bool, afonly: bool) -> Result<()> {
     Ok(())
 }
 
+/// The end of an address query: ADDR_RESOLVED (`resolved` moved the id),
+/// or ADDR_ERROR with the id back to Bound, or Idle if it holds no port,
+/// where a new rdma_resolve_addr may start. Nothing for an id destroyed
+/// meanwhile (its teardown moved it).
 fn post_resolved(s: &SoftId, r: Result<()>) {
     match r {
         Ok(()) => s.post(RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::zeroed(), Vec::new(), false),
-        Err(e) => s.post(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed(), Vec::new(), false),
+        Err(e) => {
+            let back = {
+                let mut st = s.st();
+                let to = if st.src.is_some() { Phase::Bound } else { Phase::Idle };
+                st.phase.step(|p| p == Phase::AddrQuery, to)
+            };
+            if back.is_ok() {
+                s.post(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed(), Vec::new(), false);
+            }
+        }
     }
 }
 
@@ -558,14 +583,14 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
         }
     };
     // Under one hold, as in do_bind: an id destroyed meanwhile stays so
-    // (its ADDR_ERROR is not queued).
+    // (and gets no event).
     let mut st = s.st();
-    if !matches!(st.phase.get(), Phase::Idle | Phase::Bound) {
+    if st.phase.get() != Phase::AddrQuery {
         return Err(Errno::EINVAL);
     }
     set_addrs(s, Some(src), Some(dst))?;
     // Checked above in this hold: cannot fail.
-    st.phase.step(|p| matches!(p, Phase::Idle | Phase::Bound), Phase::AddrResolved).map_err(|_| Errno::EINVAL)?;
+    st.phase.step(|p| p == Phase::AddrQuery, Phase::AddrResolved).map_err(|_| Errno::EINVAL)?;
     if let Some((fd, claim)) = fd {
         st.bound = Some(fd);
         st.claim = Some(claim);

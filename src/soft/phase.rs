@@ -14,6 +14,10 @@
 pub enum Phase {
     Idle,
     Bound,
+    /// rdma_resolve_addr is under way (the kernel CM's ADDR_QUERY): claimed
+    /// at its start, so that a second call is refused instead of resolving
+    /// too; ends in AddrResolved, or where it started with ADDR_ERROR.
+    AddrQuery,
     AddrResolved,
     RouteResolved,
     Listening,

@@ -145,14 +145,20 @@ fn sharers_of_two_families_cannot_listen_unless_both_are_afonly() {
     assert_eq!(Soft.listen(&b, 1), Ok(()));
 }
 
+/// rdma_resolve_addr's steps, its start and its end once the route is
+/// known, for 127.0.0.1. A wildcard source stands for the device's address,
+/// which would need the soft device.
+fn resolve(core: &Arc<IdCore>) {
+    let s = soft_id(core);
+    super::start_query(&s, None).unwrap();
+    super::resolved(&s, "127.0.0.1:7".parse().unwrap(), Ok(std::net::Ipv4Addr::UNSPECIFIED.into())).unwrap();
+}
+
 #[test]
 fn the_port_resolve_addr_binds_is_held() {
     let mut r = Rig::new();
     let (a, b, c) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, true), r.id(RDMA_PS_TCP, false));
-    // rdma_resolve_addr's step once the route is known. A wildcard source
-    // stands for the device's address, which would need the soft device.
-    let dst: SocketAddr = "127.0.0.1:7".parse().unwrap();
-    super::resolved(&soft_id(&a), dst, Ok(std::net::Ipv4Addr::UNSPECIFIED.into())).unwrap();
+    resolve(&a);
     let p = port(&a);
     assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL, "an id with REUSEADDR: the holder has none");
     assert_eq!(bind(&c, &format!("0.0.0.0:{p}")), NOTAVAIL);
@@ -166,8 +172,7 @@ fn reuseaddr_and_afonly_change_in_the_kernel_cms_states() {
     bind(&a, "0.0.0.0:0").unwrap();
     assert_eq!(opt(&a, Opt::ReuseAddr(false)), Err(Errno::EINVAL), "a bound id cannot stop sharing");
     assert_eq!(opt(&a, Opt::ReuseAddr(true)), Ok(()));
-    let dst: SocketAddr = "127.0.0.1:7".parse().unwrap();
-    super::resolved(&soft_id(&b), dst, Ok(std::net::Ipv4Addr::UNSPECIFIED.into())).unwrap();
+    resolve(&b);
     assert_eq!(opt(&b, Opt::ReuseAddr(true)), Ok(()), "only a listener's port cannot be shared");
     assert_eq!(opt(&b, Opt::AfOnly(true)), Err(Errno::EINVAL));
     assert_eq!(b.state().options.afonly, None, "a refused value is not kept");

@@ -1,7 +1,8 @@
 //! Races between the application's calls and the peer's messages, forced by
 //! calling the handlers directly: the first call is held inside its send on
 //! a CM connection whose socket buffers are full, the second runs meanwhile.
-//! No device is needed (the ids have no QP).
+//! (Two rdma_resolve_addr calls: the first is held by a host that never
+//! answers its probe.) No device is needed (the ids have no QP).
 //!
 //! The CM connection is a Unix socket pair dressed as a TcpStream (the
 //! engine's setsockopt calls fail harmlessly on it): unlike TCP on loopback,
@@ -142,4 +143,57 @@ fn accept_during_a_reject_is_refused() {
     assert_eq!(acc.join().unwrap(), Err(Errno::EINVAL));
     assert!(rej.join().unwrap().is_err(), "the REJ could not be sent");
     assert_eq!(r.s.phase(), Phase::Disconnected);
+}
+
+/// A host that takes no TCP handshake: a listener at 127.0.0.2 (routed to
+/// this host, but no interface's address, so the soft CM probes it as a
+/// remote host) whose accept queue is full, so SYNs to it are dropped and a
+/// probe waits out its timeout.
+fn silent_host() -> (std::net::TcpListener, TcpStream) {
+    let l = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    // SAFETY: listen on a listening socket we own only sets its backlog.
+    assert_eq!(unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 0) }, 0);
+    let filler = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    assert!(!super::net::is_local(l.local_addr().unwrap().ip()), "127.0.0.2 must be probed as a remote host");
+    let late = TcpStream::connect_timeout(&l.local_addr().unwrap(), Duration::from_millis(300));
+    assert!(late.is_err(), "the accept queue is full: a handshake goes unanswered");
+    (l, filler)
+}
+
+/// rdma_resolve_addr while the id's first resolution is under way (here,
+/// its probe of a remote host): refused at once, as the kernel CM refuses
+/// an id in ADDR_QUERY (EINVAL), and the first ends with one event. It used
+/// to start a second resolution: two events, one of them ADDR_ERROR. Debian's
+/// library on rxe, for an address nothing answers: the second call EINVAL,
+/// rdma_bind_addr meanwhile EINVAL, one ADDR_ERROR (-ETIMEDOUT).
+#[test]
+fn a_second_resolve_addr_during_the_first_is_refused() {
+    use super::Soft;
+    use crate::backend::Backend;
+    let (host, _filler) = silent_host();
+    let chp = ChannelBox::create().unwrap();
+    let ch = ChannelBox::lookup(chp).unwrap();
+    let (id, core) = IdBox::create_core(chp, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    let mut dst = [0u8; 128];
+    super::net::to_storage(&host.local_addr().unwrap(), &mut dst);
+    assert_eq!(Soft.resolve_addr(&core, None, &dst[..16], 500), Ok(()));
+    assert_eq!(Soft.resolve_addr(&core, None, &dst[..16], 500), Err(Errno::EINVAL));
+    let mut any = [0u8; 128];
+    super::net::to_storage(&SocketAddr::from(([0, 0, 0, 0], 0)), &mut any);
+    assert_eq!(Soft.bind(&core, &any[..16]), Err(Errno::EINVAL), "nor may the id be bound meanwhile");
+    let ended = |p: &crate::cm::Pending| matches!(p.event, RDMA_CM_EVENT_ADDR_RESOLVED | RDMA_CM_EVENT_ADDR_ERROR);
+    let events = std::cell::RefCell::new(Vec::new());
+    let collect = || events.borrow_mut().extend(ch.take_where(ended).into_iter().map(|p| p.event));
+    wait_for(Duration::from_secs(5), || {
+        collect();
+        !events.borrow().is_empty()
+    });
+    // A second resolution, had one started, would end about when the first did.
+    std::thread::sleep(Duration::from_millis(300));
+    collect();
+    let events = events.into_inner();
+    assert_eq!(events, [RDMA_CM_EVENT_ADDR_ERROR], "one event: the probe timed out");
+    Soft.destroy(&core);
+    let _ = IdBox::destroy(id);
+    let _ = ChannelBox::destroy(chp);
 }
