@@ -635,4 +635,54 @@ static void dev_log_flush(struct dev_log *l)
 	l->fails = 0;
 }
 
+
+/* ---- one forked process per case -------------------------------------- */
+
+#include <sys/wait.h>
+
+struct dev_case {
+	const char *name;
+	void (*fn)(void);
+};
+
+/*
+ * Runs each case in its own child process ("-- case NAME" first), so a
+ * crash is reported ("FAIL NAME: crashed with signal N"), not fatal; each
+ * child gets a new event channel in *ch.  Returns the program's status.
+ */
+static int dev_run_cases(const struct dev_case *cases, unsigned n, struct rdma_event_channel **ch)
+{
+	unsigned i;
+	int status, failed = 0;
+
+	for (i = 0; i < n; i++) {
+		pid_t pid;
+
+		printf("-- case %s\n", cases[i].name);
+		fflush(stdout);
+		pid = fork();
+		if (pid < 0)
+			fatal("fork");
+		if (pid == 0) {
+			alarm(0);
+			watchdog(30);
+			*ch = dev_channel();
+			cases[i].fn();
+			rdma_destroy_event_channel(*ch);
+			exit(check_done());
+		}
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		if (WIFSIGNALED(status)) {
+			printf("FAIL %s: crashed with signal %d\n", cases[i].name, WTERMSIG(status));
+			failed = 1;
+		} else if (WEXITSTATUS(status) == SKIP_STATUS) {
+			return SKIP_STATUS;  /* the child printed "skip: ..." */
+		} else if (WEXITSTATUS(status)) {
+			failed = 1;
+		}
+	}
+	return failed || check_done();
+}
+
 #endif

@@ -14,8 +14,6 @@
  *
  *   dev_wrong_state ADDR [PORT=7508]
  */
-#include <sys/wait.h>
-
 #include "dev.h"
 
 static struct rdma_event_channel *ch;
@@ -355,10 +353,7 @@ static void case_unknown_family(void)
 	rdma_destroy_id(id);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} cases[] = {
+static const struct dev_case cases[] = {
 	{ "listen_before_bind", case_listen_before_bind },
 	{ "listen_twice", case_listen_twice },
 	{ "bind_twice", case_bind_twice },
@@ -380,37 +375,7 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	unsigned i;
-	int status, failed = 0;
-
 	dev_args(argc, argv, 7508);
 	watchdog(120);
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		pid_t pid;
-
-		printf("-- case %s\n", cases[i].name);
-		fflush(stdout);
-		pid = fork();
-		if (pid < 0)
-			fatal("fork");
-		if (pid == 0) {
-			alarm(0);
-			watchdog(30);
-			ch = dev_channel();
-			cases[i].fn();
-			rdma_destroy_event_channel(ch);
-			exit(check_done());
-		}
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-		if (WIFSIGNALED(status)) {
-			printf("FAIL %s: crashed with signal %d\n", cases[i].name, WTERMSIG(status));
-			failed = 1;
-		} else if (WEXITSTATUS(status) == SKIP_STATUS) {
-			return SKIP_STATUS;  /* the child printed "skip: ..." */
-		} else if (WEXITSTATUS(status)) {
-			failed = 1;
-		}
-	}
-	return failed || check_done();
+	return dev_run_cases(cases, sizeof(cases) / sizeof(cases[0]), &ch);
 }
