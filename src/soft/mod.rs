@@ -279,6 +279,41 @@ fn sharing(s: &SoftId, a: &SocketAddr) -> (bool, bool) {
     (st.options.reuseaddr == Some(true), st.options.afonly.unwrap_or_else(|| ports::default_afonly(a)))
 }
 
+/// How many ports a bind to port 0 tries before it gives up with
+/// EADDRNOTAVAIL, the kernel CM's answer when it finds no free port.
+const PICKS: usize = 16;
+
+/// A socket bound for `a` and the id's claim on its port (ports.rs): the
+/// port `a` gives, or one the system picks (port 0).
+fn bind_claim(s: &SoftId, a: SocketAddr) -> Result<(std::os::fd::OwnedFd, SocketAddr, ports::PortClaim)> {
+    let (ps, udp) = (s.ps(), s.is_ud());
+    let (reuse, afonly) = sharing(s, &a);
+    if a.port() != 0 {
+        // Claimed before the socket takes it: the sockets share any port
+        // (sock::bind), and where TCP does refuse it says EADDRINUSE for
+        // what the kernel CM calls EADDRNOTAVAIL.
+        let claim = ports::PortClaim::take(ps, a, reuse, afonly)?;
+        let fd = sock::bind(&a, udp, afonly)?;
+        return Ok((fd, a, claim));
+    }
+    // The system's pick may be a port another id of ours holds (UDP takes a
+    // port that only SO_REUSEADDR sockets hold for free, and every socket
+    // of ours sets it), so a pick whose claim is refused is passed over, as
+    // the kernel CM's cma_alloc_any_port moves on to the next port. Passed
+    // over, not closed yet: a socket kept bound keeps TCP from picking its
+    // port again.
+    let mut passed = Vec::new();
+    for _ in 0..PICKS {
+        let fd = sock::bind(&a, udp, afonly)?;
+        let real = sock::local_addr_for(&fd, &a)?;
+        match ports::PortClaim::pick(ps, real, reuse, afonly) {
+            Ok(claim) => return Ok((fd, real, claim)),
+            Err(_) => passed.push(fd),
+        }
+    }
+    Err(sock::unavailable())
+}
+
 /// Binds an id's RDMA port: reserves the TCP (or UDP) port now. The id must
 /// be in `from`: Idle, which it leaves for Bound, or AddrQuery, which it
 /// keeps (rdma_resolve_addr binding the source address it was given).
@@ -286,19 +321,7 @@ fn do_bind(s: &SoftId, a: SocketAddr, from: Phase) -> Result<()> {
     if !net::is_local(a.ip()) {
         return Err(sock::unavailable());
     }
-    let (ps, udp) = (s.ps(), s.is_ud());
-    let (reuse, afonly) = sharing(s, &a);
-    // A given port is claimed before the socket takes it: the sockets share
-    // any port (sock::bind), and where TCP does refuse it says EADDRINUSE
-    // for what the kernel CM calls EADDRNOTAVAIL.
-    let given = if a.port() != 0 { Some(ports::PortClaim::take(ps, a, reuse, afonly)?) } else { None };
-    let fd = sock::bind(&a, udp, afonly)?;
-    let real = sock::local_addr_for(&fd, &a)?;
-    // A port the system picked is one no socket of ours is bound to.
-    let claim = match given {
-        Some(c) => c,
-        None => ports::PortClaim::take(ps, real, reuse, afonly).map_err(|_| sock::unavailable())?,
-    };
+    let (fd, real, claim) = bind_claim(s, a)?;
     // Checked, recorded and moved under one hold: of two racing binds the
     // loser changes nothing (set_addrs takes the core's lock after ours, as
     // posting an event does).
@@ -573,12 +596,8 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
         Some(b) if !b.ip().is_unspecified() => (b, None),
         Some(b) => (SocketAddr::new(ip, b.port()), None),
         None => {
-            let any_port = SocketAddr::new(ip, 0);
-            let (reuse, afonly) = sharing(s, &any_port);
-            let fd = sock::bind(&any_port, s.is_ud(), afonly)?;
-            let src = sock::local_addr_for(&fd, &any_port)?;
             // Held as a bound id's port is: the kernel CM binds an unbound id here.
-            let claim = ports::PortClaim::take(s.ps(), src, reuse, afonly).map_err(|_| sock::unavailable())?;
+            let (fd, src, claim) = bind_claim(s, SocketAddr::new(ip, 0))?;
             (src, Some((fd, claim)))
         }
     };

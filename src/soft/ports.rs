@@ -83,10 +83,31 @@ impl PortClaim {
     /// another id's hold forbids it. `reuse`, `afonly`: the id's options
     /// (`afonly` from `default_afonly` unless the id set it).
     pub fn take(ps: u32, addr: SocketAddr, reuse: bool, afonly: bool) -> Result<PortClaim> {
+        Self::add(ps, addr, reuse, afonly, |holders, me| check(holders, me, reuse))
+    }
+
+    /// The claim of a port the system picked for a bind to port 0: refused
+    /// (EADDRNOTAVAIL) while any other id holds it on an overlapping
+    /// address, REUSEADDR or not, as the kernel CM's cma_alloc_any_port
+    /// gives such a bind only a port nobody holds there. The system's pick
+    /// is no such promise (UDP hands out a port our SO_REUSEADDR sockets
+    /// hold), so the caller picks again.
+    pub fn pick(ps: u32, addr: SocketAddr, reuse: bool, afonly: bool) -> Result<PortClaim> {
+        Self::add(ps, addr, reuse, afonly, |holders, me| check(holders, me, false).map_err(|_| Errno(libc::EADDRNOTAVAIL)))
+    }
+
+    /// Adds a holder for `addr` unless `rule` refuses it beside the port's holders.
+    fn add(
+        ps: u32,
+        addr: SocketAddr,
+        reuse: bool,
+        afonly: bool,
+        rule: impl FnOnce(&[Holder], &Holder) -> Result<()>,
+    ) -> Result<PortClaim> {
         let me = Holder { serial: SERIAL.fetch_add(1, Ordering::Relaxed), addr, reuse, afonly };
         let mut h = held();
         let holders = h.entry((ps, addr.port())).or_default();
-        check(holders, &me, reuse)?;
+        rule(holders, &me)?;
         let claim = PortClaim { ps, port: addr.port(), serial: me.serial };
         holders.push(me);
         Ok(claim)

@@ -17,6 +17,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// IPV6_V6ONLY is `afonly`, and an IPv4 wildcard without it is bound as a
 /// dual-stack [::] (`local_addr_for` gives its address back as IPv4).
 pub fn bind(addr: &SocketAddr, udp: bool, afonly: bool) -> Result<OwnedFd> {
+    #[cfg(test)]
+    let addr = &forced_pick(*addr);
     let both = !afonly && addr.is_ipv4() && addr.ip().is_unspecified();
     if both {
         match bind_at(&SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), addr.port()), udp, false) {
@@ -26,6 +28,28 @@ pub fn bind(addr: &SocketAddr, udp: bool, afonly: bool) -> Result<OwnedFd> {
         }
     }
     bind_at(addr, udp, afonly)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Ports this thread's next binds to port 0 get instead of the system's
+    /// pick, last first: the system cannot be made to pick a port that
+    /// collides, which is what the tests of a collision need.
+    static FORCED: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The ports the next binds to port 0 on this thread get, in order (tests only).
+#[cfg(test)]
+pub fn force_picks(ports: &[u16]) {
+    FORCED.with(|f| *f.borrow_mut() = ports.iter().rev().copied().collect());
+}
+
+#[cfg(test)]
+fn forced_pick(addr: SocketAddr) -> SocketAddr {
+    match FORCED.with(|f| if addr.port() == 0 { f.borrow_mut().pop() } else { None }) {
+        Some(p) => SocketAddr::new(addr.ip(), p),
+        None => addr,
+    }
 }
 
 fn bind_at(addr: &SocketAddr, udp: bool, v6only: bool) -> Result<OwnedFd> {
