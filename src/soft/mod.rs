@@ -414,7 +414,7 @@ impl Backend for Soft {
         let had_reuse = claim.listen()?;
         if !s.is_ud() {
             if let Err(e) = sock::listen(st.bound.as_ref().ok_or(Errno::EINVAL)?, backlog) {
-                claim.set_reuse(had_reuse); // a failed listen leaves the id as it was
+                claim.unlisten(had_reuse); // a failed listen leaves the id as it was
                 return Err(e);
             }
         }

@@ -69,16 +69,43 @@ fn port(core: &Arc<IdCore>) -> u16 {
     soft_id(core).st().src.unwrap().port()
 }
 
+/// UDP and IPOIB are two port spaces, as in the kernel CM: ids of both
+/// hold one port without REUSEADDR. But both are UDP sockets here, and a
+/// datagram goes to one of the sockets sharing its port, so a UD listener
+/// must be alone on its port: its listen is refused while the other space
+/// holds the port, and so is a bind of its port (the kernel CM would take
+/// both; it used to, and one of the two listeners never heard a request).
 #[test]
-fn udp_and_ipoib_are_two_port_spaces() {
+fn a_ud_listener_is_alone_on_its_port_in_both_ud_port_spaces() {
     let mut r = Rig::new();
-    let udp = r.id(RDMA_PS_UDP, true);
+    let (udp, ipoib) = (r.id(RDMA_PS_UDP, false), r.id(RDMA_PS_IPOIB, false));
     bind(&udp, "0.0.0.0:0").unwrap();
     let p = port(&udp);
-    let ipoib = r.id(RDMA_PS_IPOIB, true);
-    assert_eq!(bind(&ipoib, &format!("0.0.0.0:{p}")), Ok(()));
-    assert_eq!(Soft.listen(&udp, 1), Ok(()), "the IPOIB id's hold on the port is in another space");
-    assert_eq!(Soft.listen(&ipoib, 1), Ok(()));
+    assert_eq!(bind(&ipoib, &format!("0.0.0.0:{p}")), Ok(()), "another port space");
+    assert_eq!(Soft.listen(&udp, 1), NOTAVAIL);
+    assert_eq!(Soft.listen(&ipoib, 1), NOTAVAIL);
+    let (id, _) = r.ids.remove(1);
+    drop_id(id, &ipoib);
+    assert_eq!(Soft.listen(&udp, 1), Ok(()));
+    let late = r.id(RDMA_PS_IPOIB, true);
+    assert_eq!(bind(&late, &format!("0.0.0.0:{p}")), NOTAVAIL);
+}
+
+/// TCP and IB on one TCP port: a second listener, or a bind of a
+/// listener's port, is refused with the kernel CM's errno for a busy port
+/// (the kernel CM would take both; the socket used to refuse them with
+/// EADDRINUSE). A bound id beside a listener is no bother to TCP.
+#[test]
+fn tcp_and_ib_share_a_port_but_not_a_listen() {
+    let mut r = Rig::new();
+    let (tcp, ib) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_IB, false));
+    bind(&tcp, "0.0.0.0:0").unwrap();
+    let p = port(&tcp);
+    assert_eq!(bind(&ib, &format!("0.0.0.0:{p}")), Ok(()), "another port space");
+    assert_eq!(Soft.listen(&tcp, 1), Ok(()));
+    assert_eq!(Soft.listen(&ib, 1), NOTAVAIL);
+    let late = r.id(RDMA_PS_IB, true);
+    assert_eq!(bind(&late, &format!("0.0.0.0:{p}")), NOTAVAIL);
 }
 
 #[test]
