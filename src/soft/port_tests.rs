@@ -172,6 +172,27 @@ fn sharers_of_two_families_cannot_listen_unless_both_are_afonly() {
     assert_eq!(Soft.listen(&b, 1), Ok(()));
 }
 
+/// The kernel CM checks a listener's port only if the id has REUSEADDR:
+/// without it, the id's bind found the port free and later binds are
+/// refused. An id of the other family can still be there, bound while both
+/// were AFONLY, then the other turned AFONLY off: the kernel CM's
+/// rdma_listen lets the listen be (we refused it, EADDRNOTAVAIL). Not on UDP ports,
+/// where the other's socket would take some of the listener's datagrams.
+#[test]
+fn a_listen_without_reuseaddr_is_not_checked_again_on_tcp_ports() {
+    let mut r = Rig::new();
+    for ps in [RDMA_PS_TCP, RDMA_PS_UDP] {
+        let (a, b) = (r.id(ps, false), r.id(ps, false));
+        bind(&a, "0.0.0.0:0").unwrap();
+        let p = port(&a);
+        opt(&b, Opt::AfOnly(true)).unwrap();
+        bind(&b, &format!("[::]:{p}")).unwrap();
+        opt(&b, Opt::AfOnly(false)).unwrap();
+        let expect = if ps == RDMA_PS_TCP { Ok(()) } else { NOTAVAIL };
+        assert_eq!(Soft.listen(&a, 1), expect, "PS {ps:#x}");
+    }
+}
+
 /// rdma_resolve_addr's steps, its start and its end once the route is
 /// known, for 127.0.0.1. A wildcard source stands for the device's address,
 /// which would need the soft device.

@@ -173,17 +173,24 @@ impl PortClaim {
     }
 
     /// rdma_listen's check: the port must be ours alone on our address;
-    /// from then on it is (REUSEADDR no longer shares it). In the sibling
-    /// space, another listener refuses it, and on UDP ports any holder.
-    /// Returns whether the id had REUSEADDR, for `unlisten` to restore if
-    /// the listen fails further on.
+    /// from then on it is (REUSEADDR no longer shares it). The kernel CM
+    /// looks only if the id has REUSEADDR: without it, its bind found the
+    /// port free and refuses later binds. (A holder can still have come in
+    /// another family while both were AFONLY, and meet the id since one
+    /// stopped being: the kernel CM lets the listen be, and so does TCP.
+    /// Not on UDP ports: the other's socket would take some of the
+    /// listener's datagrams.) In the sibling space, another listener
+    /// refuses it, and on UDP ports any holder. Returns whether the id had
+    /// REUSEADDR, for `unlisten` to restore if the listen fails further on.
     pub fn listen(&self) -> Result<bool> {
         let mut h = held();
         let key = (self.ps, self.port);
         let holders = h.get(&key).expect("a live claim has its entry");
         let me = holders.iter().find(|x| x.serial == self.serial).expect("a live claim has its entry");
-        check(holders, me, false)?;
         let ud = is_ud(self.ps);
+        if me.reuse || ud {
+            check(holders, me, false)?;
+        }
         check_sibling(&h, self.ps, self.port, me, |x| ud || x.listening)?;
         let mine = h.get_mut(&key).and_then(|v| v.iter_mut().find(|x| x.serial == self.serial));
         let mine = mine.expect("a live claim has its entry");
