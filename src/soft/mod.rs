@@ -354,7 +354,7 @@ impl Backend for Soft {
         let s = soft_id(id);
         let dst = net::from_bytes(dst)?;
         let src = src.map(net::from_bytes).transpose()?;
-        start_query(&s, src)?;
+        start_query(&s, src, &dst)?;
         let bound_ip = s.st().src.map(|a| a.ip()).filter(|ip| !ip.is_unspecified());
         let route = match bound_ip {
             // A multicast group is reached from the address the id is bound to.
@@ -543,7 +543,7 @@ impl Backend for Soft {
 /// that of two calls (two threads, or one while the other's probe of a
 /// remote host runs) the second is refused at once, as the kernel CM
 /// refuses it; an idle id given a source address is bound to it.
-fn start_query(s: &SoftId, src: Option<SocketAddr>) -> Result<()> {
+fn start_query(s: &SoftId, src: Option<SocketAddr>, dst: &SocketAddr) -> Result<()> {
     let was = s.transition(|p| matches!(p, Phase::Idle | Phase::Bound), Phase::AddrQuery).map_err(|_| Errno::EINVAL)?;
     if let (Phase::Idle, Some(a)) = (was, src) {
         if let Err(e) = do_bind(s, a, Phase::AddrQuery) {
@@ -551,6 +551,15 @@ fn start_query(s: &SoftId, src: Option<SocketAddr>) -> Result<()> {
             let _ = s.transition(|p| p == Phase::AddrQuery, Phase::Idle);
             return Err(e);
         }
+    }
+    // A destination of another family than the source address the id is
+    // bound to is refused, and the id stays bound (the kernel CM's
+    // resolve_prepare_src, after its bind). Resolved, it would hold a
+    // source address of the destination's family on a socket of the other.
+    let family = s.st().src.map(|a| a.is_ipv4());
+    if family.is_some_and(|v4| v4 != dst.is_ipv4()) {
+        let _ = s.transition(|p| p == Phase::AddrQuery, Phase::Bound);
+        return Err(Errno::EINVAL);
     }
     Ok(())
 }

@@ -198,8 +198,9 @@ fn a_listen_without_reuseaddr_is_not_checked_again_on_tcp_ports() {
 /// which would need the soft device.
 fn resolve(core: &Arc<IdCore>) -> Result<()> {
     let s = soft_id(core);
-    super::start_query(&s, None)?;
-    super::resolved(&s, "127.0.0.1:7".parse().unwrap(), Ok(std::net::Ipv4Addr::UNSPECIFIED.into()))
+    let dst = "127.0.0.1:7".parse().unwrap();
+    super::start_query(&s, None, &dst)?;
+    super::resolved(&s, dst, Ok(std::net::Ipv4Addr::UNSPECIFIED.into()))
 }
 
 /// The system's pick for a bind to port 0 may be a port another id of ours
@@ -246,6 +247,35 @@ fn the_port_resolve_addr_binds_is_held() {
     let p = port(&a);
     assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL, "an id with REUSEADDR: the holder has none");
     assert_eq!(bind(&c, &format!("0.0.0.0:{p}")), NOTAVAIL);
+}
+
+/// A socket address as the application passes it.
+fn sockaddr(a: &str) -> Vec<u8> {
+    let a: SocketAddr = a.parse().unwrap();
+    let mut st = [0u8; 128];
+    super::net::to_storage(&a, &mut st);
+    st[..if a.is_ipv4() { 16 } else { 28 }].to_vec()
+}
+
+/// rdma_resolve_addr of a destination of another family than the address
+/// the id is bound to fails with EINVAL and leaves the id bound, as the
+/// kernel CM's resolve_prepare_src (after binding an idle id to the source
+/// address it was given). It used to resolve, and the id's port claim
+/// became IPv6 while its socket stayed IPv4, so another id could bind the
+/// IPv4 wildcard on that port.
+#[test]
+fn a_destination_of_another_family_than_the_bound_source_is_refused() {
+    let mut r = Rig::new();
+    let (a, b, c) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false));
+    bind(&a, "0.0.0.0:0").unwrap();
+    let p = port(&a);
+    assert_eq!(Soft.resolve_addr(&a, None, &sockaddr("[::1]:7"), 100), Err(Errno::EINVAL));
+    assert_eq!(soft_id(&a).phase(), super::Phase::Bound);
+    assert_eq!(bind(&b, &format!("0.0.0.0:{p}")), NOTAVAIL, "the id still holds its IPv4 wildcard");
+    let src = sockaddr("0.0.0.0:0");
+    assert_eq!(Soft.resolve_addr(&c, Some(&src), &sockaddr("[::1]:7"), 100), Err(Errno::EINVAL));
+    assert_eq!(soft_id(&c).phase(), super::Phase::Bound, "bound to the source address it was given");
+    assert_eq!(bind(&c, "0.0.0.0:0"), Err(Errno::EINVAL));
 }
 
 #[test]
