@@ -542,11 +542,19 @@ impl Backend for Soft {
 /// rdma_resolve_addr's start: the id moves to AddrQuery under its lock, so
 /// that of two calls (two threads, or one while the other's probe of a
 /// remote host runs) the second is refused at once, as the kernel CM
-/// refuses it; an idle id given a source address is bound to it.
+/// refuses it. An idle id is bound here, as the kernel CM binds it (its
+/// resolve_prepare_src): to the source address it was given, else to the
+/// wildcard of the destination's family on a port the system picks, which
+/// it keeps whatever the resolution's end (the route's source address
+/// replaces the wildcard once resolved).
 fn start_query(s: &SoftId, src: Option<SocketAddr>, dst: &SocketAddr) -> Result<()> {
     let was = s.transition(|p| matches!(p, Phase::Idle | Phase::Bound), Phase::AddrQuery).map_err(|_| Errno::EINVAL)?;
-    if let (Phase::Idle, Some(a)) = (was, src) {
-        if let Err(e) = do_bind(s, a, Phase::AddrQuery) {
+    if was == Phase::Idle {
+        let any = match dst {
+            SocketAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+            SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        };
+        if let Err(e) = do_bind(s, src.unwrap_or(any), Phase::AddrQuery) {
             // No query then, and no event: the id is as it was (unless destroyed meanwhile).
             let _ = s.transition(|p| p == Phase::AddrQuery, Phase::Idle);
             return Err(e);
@@ -577,8 +585,8 @@ fn refit(st: &mut St, udp: bool, afonly: bool) -> Result<()> {
 }
 
 /// The end of an address query: ADDR_RESOLVED (`resolved` moved the id),
-/// or ADDR_ERROR with the id back to Bound, or Idle if it holds no port,
-/// where a new rdma_resolve_addr may start. Nothing for an id destroyed
+/// or ADDR_ERROR with the id back to Bound (`start_query` bound it, if it
+/// was not), where a new rdma_resolve_addr may start. Nothing for an id destroyed
 /// meanwhile (its teardown moved it).
 fn post_resolved(s: &SoftId, r: Result<()>) {
     match r {
@@ -586,8 +594,7 @@ fn post_resolved(s: &SoftId, r: Result<()>) {
         Err(e) => {
             let back = {
                 let mut st = s.st();
-                let to = if st.src.is_some() { Phase::Bound } else { Phase::Idle };
-                st.phase.step(|p| p == Phase::AddrQuery, to)
+                st.phase.step(|p| p == Phase::AddrQuery, Phase::Bound)
             };
             if back.is_ok() {
                 s.post(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed(), Vec::new(), false);
@@ -597,19 +604,11 @@ fn post_resolved(s: &SoftId, r: Result<()>) {
 }
 
 /// Records a resolved destination with the source address its route gives
-/// (an active id gets a port of its own, as the kernel gives one).
+/// to an id bound to the wildcard (`start_query` bound every id).
 fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
     let ip = route?;
-    let bound = s.st().src;
-    let (src, fd) = match bound {
-        Some(b) if !b.ip().is_unspecified() => (b, None),
-        Some(b) => (SocketAddr::new(ip, b.port()), None),
-        None => {
-            // Held as a bound id's port is: the kernel CM binds an unbound id here.
-            let (fd, src, claim) = bind_claim(s, SocketAddr::new(ip, 0))?;
-            (src, Some((fd, claim)))
-        }
-    };
+    let bound = s.st().src.ok_or(Errno::EINVAL)?;
+    let src = if bound.ip().is_unspecified() { SocketAddr::new(ip, bound.port()) } else { bound };
     // Under one hold, as in do_bind: an id destroyed meanwhile stays so
     // (and gets no event).
     let mut st = s.st();
@@ -619,10 +618,7 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
     set_addrs(s, Some(src), Some(dst))?;
     // Checked above in this hold: cannot fail.
     st.phase.step(|p| p == Phase::AddrQuery, Phase::AddrResolved).map_err(|_| Errno::EINVAL)?;
-    if let Some((fd, claim)) = fd {
-        st.bound = Some(fd);
-        st.claim = Some(claim);
-    } else if let Some(c) = &st.claim {
+    if let Some(c) = &st.claim {
         c.set_addr(src); // a wildcard-bound id now has the route's source, which the kernel CM checks
     }
     st.src = Some(src);

@@ -278,6 +278,28 @@ fn a_destination_of_another_family_than_the_bound_source_is_refused() {
     assert_eq!(bind(&c, "0.0.0.0:0"), Err(Errno::EINVAL));
 }
 
+/// rdma_resolve_addr binds an unbound id at its start, as the kernel CM
+/// does, to the wildcard of the destination's family on a port of its own,
+/// and the id keeps it when the resolution fails: after ADDR_ERROR it is
+/// bound (rdma_bind_addr: EINVAL, as Debian's library says on rxe), holds
+/// its port and may resolve again. It used to go back to unbound.
+#[test]
+fn an_unbound_id_stays_bound_after_addr_error() {
+    let mut r = Rig::new();
+    let (a, b) = (r.id(RDMA_PS_TCP, false), r.id(RDMA_PS_TCP, false));
+    let s = soft_id(&a);
+    let dst = "127.0.0.1:7".parse().unwrap();
+    super::start_query(&s, None, &dst).unwrap();
+    super::post_resolved(&s, Err(Errno(libc::ETIMEDOUT)));
+    assert_eq!(s.phase(), super::Phase::Bound);
+    let src = s.st().src.unwrap();
+    assert!(src.is_ipv4() && src.ip().is_unspecified() && src.port() != 0, "{src}");
+    assert_eq!(bind(&a, "0.0.0.0:0"), Err(Errno::EINVAL));
+    assert_eq!(bind(&b, &format!("0.0.0.0:{}", src.port())), NOTAVAIL, "the port is held");
+    assert_eq!(super::start_query(&s, None, &dst), Ok(()), "a new resolution may start");
+    assert_eq!(s.st().src, Some(src), "from the same port");
+}
+
 #[test]
 fn reuseaddr_and_afonly_change_in_the_kernel_cms_states() {
     let mut r = Rig::new();
