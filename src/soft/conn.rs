@@ -162,6 +162,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     m.rnr_retry_count = st.rnr_retry;
     m.flow_control = p.flow_control;
     m.srq = p.srq;
+    m.tclass = st.tclass;
     m.src = Some(src);
     m.dst = Some(dst);
     m.endpoint = qp_endpoint(qp, &src);
@@ -429,6 +430,7 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
             a.ah_attr.grh.dgid.raw = st.peer.gid;
             a.ah_attr.grh.sgid_index = dev()?.gid_index(src.ip());
             a.ah_attr.grh.hop_limit = 64;
+            a.ah_attr.grh.traffic_class = st.tclass;
             IBV_QP_STATE
                 | IBV_QP_AV
                 | IBV_QP_PATH_MTU
@@ -496,6 +498,19 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
         st.initiator_depth = cap_rd(m.responder_resources);
         st.retry = m.retry_count;
         st.rnr_retry = m.rnr_retry_count;
+        st.tclass = m.tclass;
+    }
+    // The new id's route has the request's path, as the kernel CM gives it.
+    if let (Some(l), Some(r)) = (local, remote) {
+        if let Ok(path) = super::path_rec(l, r, m.tclass, None) {
+            let rec = path.0;
+            if child.core.with_public(|p| {
+                p.route.path_rec = rec;
+                p.route.num_paths = 1;
+            }).is_ok() {
+                child.st().path = Some(path);
+            }
+        }
     }
     child.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
     c.set_owner(Owner::Id(Arc::downgrade(&child)));

@@ -71,6 +71,9 @@ pub struct St {
     pub retry: u8,
     pub rnr_retry: u8,
     pub qp_num: u32,
+    /// The connection's traffic class: the active side's TOS option, the
+    /// passive side's from the REQ (the kernel CM carries it in the path).
+    pub tclass: u8,
     pub path: Option<PathRec>,
     pub mcast: Vec<Mcast>,
     /// Set once the id is torn down: nothing may be posted for it after that.
@@ -178,6 +181,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             retry: 7,
             rnr_retry: 7,
             qp_num: 0,
+            tclass: 0,
             path: None,
             mcast: Vec::new(),
             dead: false,
@@ -626,15 +630,10 @@ fn resolved(s: &SoftId, dst: SocketAddr, route: Result<IpAddr>) -> Result<()> {
     Ok(())
 }
 
-/// ROUTE_RESOLVED with one RoCE-style path record.
-fn route_resolved(s: &SoftId) -> Result<()> {
-    let (src, dst) = {
-        let st = s.st();
-        if st.phase.get() != Phase::AddrResolved {
-            return Err(Errno::EINVAL);
-        }
-        (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?)
-    };
+/// One RoCE-style path record from `src` to `dst` with traffic class
+/// `tclass`; an ACK timeout set on the id makes the packet life time one
+/// less, as the kernel CM's RoCE routes do.
+pub(crate) fn path_rec(src: SocketAddr, dst: SocketAddr, tclass: u8, ack_timeout: Option<u8>) -> Result<PathRec> {
     // SAFETY: calloc of one record; checked; owned by PathRec (freed if we return early).
     let rec = unsafe { libc::calloc(1, std::mem::size_of::<ibv_sa_path_rec>()) } as *mut ibv_sa_path_rec;
     if rec.is_null() {
@@ -647,6 +646,7 @@ fn route_resolved(s: &SoftId) -> Result<()> {
     r.sgid.raw = net::gid_of(src.ip());
     r.pkey = 0xffffu16.to_be();
     r.hop_limit = 64;
+    r.traffic_class = tclass;
     r.reversible = 1;
     r.numb_path = 1;
     r.mtu_selector = 2;
@@ -654,7 +654,25 @@ fn route_resolved(s: &SoftId) -> Result<()> {
     r.rate_selector = 2;
     r.rate = 3;
     r.packet_life_time_selector = 2;
-    r.packet_life_time = 14;
+    r.packet_life_time = ack_timeout.map_or(14, |t| t.saturating_sub(1));
+    Ok(owned)
+}
+
+/// ROUTE_RESOLVED with one RoCE-style path record.
+fn route_resolved(s: &SoftId) -> Result<()> {
+    let (src, dst) = {
+        let st = s.st();
+        if st.phase.get() != Phase::AddrResolved {
+            return Err(Errno::EINVAL);
+        }
+        (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?)
+    };
+    let (tos, ack_timeout) = {
+        let o = &s.core.state().options;
+        (o.tos.unwrap_or(0), o.ack_timeout)
+    };
+    let owned = path_rec(src, dst, tos, ack_timeout)?;
+    let rec = owned.0;
     // One winner of two racing route resolutions: one record, one event.
     let mut st = s.st();
     st.phase.step(|p| p == Phase::AddrResolved, Phase::RouteResolved).map_err(|_| Errno::EINVAL)?;
@@ -663,6 +681,7 @@ fn route_resolved(s: &SoftId) -> Result<()> {
         p.route.num_paths = 1;
     })?;
     st.path = Some(owned);
+    st.tclass = tos;
     drop(st);
     s.post(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::zeroed(), Vec::new(), false);
     Ok(())

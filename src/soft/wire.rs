@@ -8,7 +8,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const MAGIC: u16 = 0x5243; // "RC"
-pub const VERSION: u8 = 1;
+/// 2: REQ carries the traffic class (TOS) after `srq`.
+pub const VERSION: u8 = 2;
 pub const HEADER: usize = 6;
 pub const MAX_BODY: usize = 1024;
 pub const MAX_PRIVATE: usize = 256;
@@ -58,6 +59,8 @@ pub struct Msg {
     pub rnr_retry_count: u8,
     pub flow_control: u8,
     pub srq: u8,
+    /// REQ: the active side's traffic class (its RDMA_OPTION_ID_TOS).
+    pub tclass: u8,
     /// Source and destination addresses as the sender sees them (REQ, SIDR REQ).
     pub src: Option<SocketAddr>,
     pub dst: Option<SocketAddr>,
@@ -85,6 +88,7 @@ impl Msg {
             rnr_retry_count: 0,
             flow_control: 0,
             srq: 0,
+            tclass: 0,
             src: None,
             dst: None,
             endpoint: None,
@@ -134,6 +138,7 @@ pub fn encode(m: &Msg) -> Vec<u8> {
         m.rnr_retry_count,
         m.flow_control,
         m.srq,
+        m.tclass,
     ]);
     put_addr(&mut b, &m.src);
     put_addr(&mut b, &m.dst);
@@ -226,6 +231,7 @@ pub fn decode(buf: &[u8]) -> Result<(Msg, usize), Error> {
     m.rnr_retry_count = r.u8()?;
     m.flow_control = r.u8()?;
     m.srq = r.u8()?;
+    m.tclass = r.u8()?;
     m.src = r.addr()?;
     m.dst = r.addr()?;
     m.endpoint = r.addr()?;
@@ -256,6 +262,7 @@ mod tests {
         m.dst = Some("[::1]:7174".parse().unwrap());
         m.endpoint = Some("10.0.0.1:5555".parse().unwrap());
         m.tid = 99;
+        m.tclass = 0x60;
         m.private = b"hello".to_vec();
         m
     }
@@ -292,6 +299,8 @@ mod tests {
             }
             let _ = decode(&f);
         }
-        assert!(matches!(decode(&[0x52, 0x43, 1, 99, 0, 0]), Err(Error::Malformed("kind"))));
+        assert!(matches!(decode(&[0x52, 0x43, VERSION, 99, 0, 0]), Err(Error::Malformed("kind"))));
+        // A peer of the previous layout (no traffic class) is refused, not misread.
+        assert!(matches!(decode(&[0x52, 0x43, 1, 1, 0, 0]), Err(Error::Malformed("version"))));
     }
 }
