@@ -77,6 +77,7 @@ int main(int argc, char **argv)
 	struct ibv_qp_attr a;
 	int mask = 0;
 	static char pdata[] = "ud";
+	uint8_t tos = 0x60;
 
 	memset(&p, 0, sizeof(p));
 	dev_args(argc, argv, 7516);
@@ -87,7 +88,11 @@ int main(int argc, char **argv)
 	    DEV_CALL(rdma_bind_addr(p.listen, dev_sa()), "passive: rdma_bind_addr") ||
 	    DEV_CALL(rdma_listen(p.listen, 4), "passive: rdma_listen"))
 		return check_done();
-	if (DEV_CALL(rdma_create_id(p.ach, &p.active, NULL, RDMA_PS_UDP), "active: rdma_create_id") ||
+	if (DEV_CALL(rdma_create_id(p.ach, &p.active, NULL, RDMA_PS_UDP), "active: rdma_create_id"))
+		return check_done();
+	/* the TOS reaches the address handle of the ESTABLISHED event (udaddy -t) */
+	if (DEV_CALL(rdma_set_option(p.active, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)),
+		     "active: rdma_set_option(TOS)") ||
 	    DEV_CALL(rdma_resolve_addr(p.active, NULL, dev_sa(), DEV_RESOLVE_MS), "active: rdma_resolve_addr") ||
 	    dev_expect(p.ach, DEV_ACTIVE, RDMA_CM_EVENT_ADDR_RESOLVED) ||
 	    DEV_CALL(rdma_resolve_route(p.active, DEV_RESOLVE_MS), "active: rdma_resolve_route") ||

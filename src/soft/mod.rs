@@ -654,7 +654,8 @@ pub(crate) fn path_rec(src: SocketAddr, dst: SocketAddr, tclass: u8, ack_timeout
     r.rate_selector = 2;
     r.rate = 3;
     r.packet_life_time_selector = 2;
-    r.packet_life_time = ack_timeout.map_or(14, |t| t.saturating_sub(1));
+    // As the kernel's RoCE routes: an ACK timeout of 0 leaves the default.
+    r.packet_life_time = ack_timeout.filter(|&t| t > 0).map_or(14, |t| t - 1);
     Ok(owned)
 }
 

@@ -181,12 +181,12 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
         Kind::SidrRep => {
             let to = if m.status == 0 { Phase::Connected } else { Phase::Disconnected };
             // The reply to our request, unless a destroy (or an earlier copy) came first.
-            let (token, dst, src) = {
+            let (token, dst, src, tclass) = {
                 let mut st = s.st();
                 if st.peer.tid != m.tid || st.phase.step(|p| p == Phase::ReqSent, to).is_err() {
                     return;
                 }
-                (st.udp.take().map(|x| x.0), st.dst, st.src)
+                (st.udp.take().map(|x| x.0), st.dst, st.src, st.tclass)
             };
             if let Some(t) = token {
                 engine::get().remove(t);
@@ -198,7 +198,10 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
             }
             let _ = add_peer(&gid, m.qp_num, m.endpoint);
             let sgid = src.and_then(|a| dev().ok().map(|d| d.gid_index(a.ip()))).unwrap_or(0);
-            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, ud_param(gid, sgid, m.qp_num, m.qkey), padded(&m.private, SIDR_REP_DATA), true);
+            // The address handle follows the route's path, its traffic class (TOS) included.
+            let mut p = ud_param(gid, sgid, m.qp_num, m.qkey);
+            p.0.ud.ah_attr.grh.traffic_class = tclass;
+            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, p, padded(&m.private, SIDR_REP_DATA), true);
         }
         _ => {}
     }
