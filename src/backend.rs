@@ -100,7 +100,7 @@ pub fn set_option(b: Option<&dyn Backend>, id: &Arc<IdCore>, opt: Opt) -> Result
         before
     };
     if let Some(Err(e)) = b.map(|b| b.set_option(id, &opt)) {
-        id.state().options = before;
+        id.state().options.restore(&opt, &before);
         return Err(e);
     }
     Ok(())

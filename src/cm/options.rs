@@ -73,6 +73,18 @@ impl Options {
         }
         Ok(())
     }
+
+    /// Puts back the one field `opt` sets as it was in `before` (a value the
+    /// backend refused), leaving the others as they are now.
+    pub fn restore(&mut self, opt: &Opt, before: &Options) {
+        match opt {
+            Opt::Tos(_) => self.tos = before.tos,
+            Opt::ReuseAddr(_) => self.reuseaddr = before.reuseaddr,
+            Opt::AfOnly(_) => self.afonly = before.afonly,
+            Opt::AckTimeout(_) => self.ack_timeout = before.ack_timeout,
+            Opt::IbPath(_) => self.ib_path = before.ib_path.clone(),
+        }
+    }
 }
 
 #[cfg(test)]
