@@ -157,28 +157,29 @@ static void case_srq_ex(void)
 	rdma_destroy_id(id);
 }
 
+/* An RC block with small caps and nothing else set. */
+static void qpx_attr(struct ibv_qp_init_attr_ex *ax)
+{
+	memset(ax, 0, sizeof(*ax));
+	ax->qp_type = IBV_QPT_RC;
+	ax->cap.max_send_wr = 4;
+	ax->cap.max_recv_wr = 4;
+	ax->cap.max_send_sge = 1;
+	ax->cap.max_recv_sge = 1;
+}
+
 static void case_qp_ex(void)
 {
 	struct rdma_cm_id *id = routed_id();
 	struct ibv_qp_init_attr_ex ax;
 
-	memset(&ax, 0, sizeof(ax));
-	ax.qp_type = IBV_QPT_RC;
-	ax.cap.max_send_wr = 4;
-	ax.cap.max_recv_wr = 4;
-	ax.cap.max_send_sge = 1;
-	ax.cap.max_recv_sge = 1;
+	qpx_attr(&ax);
 	ax.comp_mask = IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	SAY(rdma_create_qp_ex(id, &ax), "rdma_create_qp_ex, no PD, create flags 0");
 	printf("ok after it: the PD filled in %s\n", (ax.comp_mask & IBV_QP_INIT_ATTR_PD) && ax.pd == id->pd ? "yes" : "no");
 	if (id->qp)
 		rdma_destroy_qp(id);
-	memset(&ax, 0, sizeof(ax));
-	ax.qp_type = IBV_QPT_RC;
-	ax.cap.max_send_wr = 4;
-	ax.cap.max_recv_wr = 4;
-	ax.cap.max_send_sge = 1;
-	ax.cap.max_recv_sge = 1;
+	qpx_attr(&ax);
 	ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	ax.pd = id->pd;
 	ax.send_ops_flags = IBV_QP_EX_WITH_SEND;
@@ -187,12 +188,7 @@ static void case_qp_ex(void)
 		printf("ok ibv_qp_to_qp_ex: %s\n", ibv_qp_to_qp_ex(id->qp) ? "a qp_ex" : "NULL");
 		rdma_destroy_qp(id);
 	}
-	memset(&ax, 0, sizeof(ax));
-	ax.qp_type = IBV_QPT_RC;
-	ax.cap.max_send_wr = 4;
-	ax.cap.max_recv_wr = 4;
-	ax.cap.max_send_sge = 1;
-	ax.cap.max_recv_sge = 1;
+	qpx_attr(&ax);
 	ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	ax.pd = id->pd;
 	ax.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
