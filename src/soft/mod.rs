@@ -497,30 +497,39 @@ impl Backend for Soft {
         let s = soft_id(id);
         match opt {
             // The kernel CM's states for each: a listener's port cannot be
-            // shared again, and a bound id cannot stop sharing its port.
-            Opt::ReuseAddr(true) if s.phase() == Phase::Listening => Err(Errno::EINVAL),
-            Opt::ReuseAddr(false) if s.phase() != Phase::Idle => Err(Errno::EINVAL),
-            Opt::AfOnly(_) if !matches!(s.phase(), Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
-            // A bound id's claim follows, as the kernel CM reads both live.
-            Opt::ReuseAddr(v) => {
-                if let Some(c) = &s.st().claim {
-                    c.set_reuse(*v);
-                }
-                Ok(())
-            }
-            Opt::AfOnly(v) => {
+            // shared again, and a bound id cannot stop sharing its port. The
+            // state is checked and the claim changed under one hold of the
+            // id's lock, which rdma_listen takes too: a listen cannot come
+            // between them.
+            Opt::ReuseAddr(_) | Opt::AfOnly(_) => {
                 let udp = s.is_ud();
                 let mut st = s.st();
-                if let Some(c) = &st.claim {
-                    c.set_afonly(*v);
+                let phase = st.phase.get();
+                match *opt {
+                    Opt::ReuseAddr(true) if phase == Phase::Listening => Err(Errno::EINVAL),
+                    Opt::ReuseAddr(false) if phase != Phase::Idle => Err(Errno::EINVAL),
+                    Opt::AfOnly(_) if !matches!(phase, Phase::Idle | Phase::Bound) => Err(Errno::EINVAL),
+                    // A bound id's claim follows, as the kernel CM reads both live.
+                    Opt::ReuseAddr(v) => {
+                        if let Some(c) = &st.claim {
+                            c.set_reuse(v);
+                        }
+                        Ok(())
+                    }
+                    Opt::AfOnly(v) => {
+                        if let Some(c) = &st.claim {
+                            c.set_afonly(v);
+                        }
+                        // The bound socket follows at once, so that other processes
+                        // meet the id's new hold. A socket that cannot follow is
+                        // refused by rdma_listen, where the kernel CM would refuse it.
+                        if phase == Phase::Bound {
+                            let _ = refit(&mut st, udp, v);
+                        }
+                        Ok(())
+                    }
+                    _ => Ok(()),
                 }
-                // The bound socket follows at once, so that other processes
-                // meet the id's new hold. A socket that cannot follow is
-                // refused by rdma_listen, where the kernel CM would refuse it.
-                if st.phase.get() == Phase::Bound {
-                    let _ = refit(&mut st, udp, *v);
-                }
-                Ok(())
             }
             Opt::IbPath(_) => {
                 route_resolved(&s)?;
