@@ -1194,17 +1194,24 @@ static int under_valgrind(void)
 	return p && strstr(p, "vgpreload");
 }
 
-/* Heap growth since `from` (KiB) once it stopped (no 1 MiB more in 0.5 s; at most 20 s). */
-static long heap_grown_settled(long from)
+/* The heap (KiB) once it stopped changing (no 1 MiB either way in 0.5 s; at most 20 s):
+ * what an earlier test's links still read or free in the background is not counted. */
+static long heap_settled(void)
 {
 	long last = heap_kib();
 	double still = now_s(), end = still + 20;
 	while (now_s() < end && now_s() - still < 0.5) {
 		usleep(50000);
 		long h = heap_kib();
-		if (h > last + 1024) { last = h; still = now_s(); }
+		if (h > last + 1024 || h < last - 1024) { last = h; still = now_s(); }
 	}
-	return heap_kib() - from;
+	return heap_kib();
+}
+
+/* Heap growth since `from` (KiB) once it stopped growing. */
+static long heap_grown_settled(long from)
+{
+	return heap_settled() - from;
 }
 
 /* Two connected RC endpoints (rnr_retry 7) whose send queue and CQs hold `depth` WRs. */
@@ -1253,7 +1260,7 @@ static int t_rnr_parked_bounded(void)
 	struct ep a, b;
 	CHECK(!deep_pair(&a, &b, 2 << 20, 32 * (size_t)PB_MSG, PB_N), "setup");
 	pattern(a.buf, a.len, 9);
-	long heap0 = heap_kib();
+	long heap0 = heap_settled();
 	CHECK(!pb_sends(&a, 0, PB_N), "sends");
 	long grown = heap_grown_settled(heap0) / 1024;
 	CHECK(grown < 96 || under_valgrind(), "b holds %ld MiB of the 256 MiB sent to it without a receive (parks 64 MiB)", grown);
@@ -1275,7 +1282,7 @@ static int t_rnr_parked_bounded(void)
 		CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == (uint64_t)i, "send %d: %d", i, wc[i].status);
 	/* stopped again (128 MiB sent: 64 MiB parked, the rest waits in the sockets), then the
 	 * QP goes */
-	heap0 = heap_kib();
+	heap0 = heap_settled();
 	CHECK(!pb_sends(&a, 0, PB_N / 2), "sends 2");
 	grown = heap_grown_settled(heap0) / 1024;
 	CHECK(grown < 96 || under_valgrind(), "b holds %ld MiB of 128 MiB", grown);
@@ -1347,7 +1354,7 @@ static int read_flood(int before_rtr)
 	for (int i = 0; i < RD_N; i++)
 		put_hdr(req + 96 * (size_t)(i + 1), OP_READ, bq, aq, (uint32_t)i, b.mr->rkey,
 			(uintptr_t)b.buf + rd_off(i), RD_LEN);
-	long heap0 = heap_kib();
+	long heap0 = heap_settled();
 	write_some(t, req, reqlen, &sent);
 	if (before_rtr) {
 		/* every request sent and taken by b's kernel (its engine is not stopped: nothing
