@@ -681,7 +681,9 @@ pub fn join(s: &Arc<SoftId>, group: SocketAddr, flags: u32, context: usize) -> R
     if s.st().mcast.iter().any(|g| g.addr.ip() == group.ip()) {
         return Err(Errno(libc::EADDRINUSE));
     }
-    let mgid = net::mgid_of(group.ip());
+    // RoCE v2's group GID, as the kernel CM makes it (the soft device's GIDs are
+    // RoCE v2's): an IPv4 group's IPv4-mapped address, an IPv6 group's itself.
+    let mgid = net::gid_of(group.ip());
     let qp = s.qp();
     let send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
     let mut attached = false;

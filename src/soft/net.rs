@@ -42,13 +42,6 @@ pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     }
 }
 
-/// The multicast GID of an IP multicast group, as the kernel CM makes it for
-/// RoCE v2 (the soft device's GIDs are RoCE v2's): an IPv4 group's is its
-/// IPv4-mapped address, an IPv6 group's the address itself.
-pub fn mgid_of(ip: IpAddr) -> [u8; 16] {
-    gid_of(ip)
-}
-
 /// Every IP address of this machine's interfaces (the soft device's GIDs).
 pub fn local_ips() -> Vec<IpAddr> {
     let mut out = Vec::new();
