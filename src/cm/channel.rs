@@ -4,19 +4,21 @@
 //! caller's thread, as upstream's rdma_get_cm_event does, and the fd the
 //! application sees reports both.
 
-use super::event::Pending;
+use super::event::{EventBox, Pending, Slot};
 use super::registry::{self, lock, Kind};
 use crate::sys::{Epoll, Errno, Flag, Result};
-use rdma_abi::cma::rdma_event_channel;
+use rdma_abi::cma::{rdma_cm_event, rdma_event_channel};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// What reading a channel's source gave.
 pub enum Take {
     /// An event for the channel being read.
     Here(Pending),
+    /// An event for the channel being read, delivered into the reader's slot.
+    Delivered(*mut rdma_cm_event),
     /// Something that went elsewhere (another channel's queue, or dropped): read again.
     Again,
     /// Nothing queued.
@@ -29,9 +31,11 @@ pub trait Source: Send + Sync {
     /// queue flag once `watch` added it, so it is readable while either has an
     /// event.
     fn public(&self) -> &Epoll;
-    /// One event, without blocking. A `Here` event is handed out already
-    /// (`Pending::handed_out`, under the lock that stops its id's events).
-    fn take(&self, ch: &Arc<Channel>) -> Result<Take>;
+    /// One event, without blocking. A `Here` or `Delivered` event is handed
+    /// out already (`Pending::handed_out`, under the lock that stops its
+    /// id's events); `Delivered` filled `slot` (or an allocation of its own
+    /// when `slot` is None).
+    fn take(&self, ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Result<Take>;
     fn as_any(&self) -> &dyn Any;
 
     fn public_fd(&self) -> i32 {
@@ -43,6 +47,12 @@ pub trait Source: Send + Sync {
     }
 }
 
+/// An event `get` found.
+enum Got {
+    Queued(Pending),
+    Delivered(*mut rdma_cm_event),
+}
+
 pub struct Channel {
     /// Raised while the queue holds events. A channel without a source is
     /// this fd; a channel with one makes it for its first queued event (most
@@ -51,6 +61,9 @@ pub struct Channel {
     flag: OnceLock<Flag>,
     source: Option<Box<dyn Source>>,
     queue: Mutex<VecDeque<Pending>>,
+    /// The queue's length, written under its lock: `pop` looks here before
+    /// taking the lock (nearly every kernel channel's queue stays empty).
+    queued: AtomicUsize,
     /// The last `take` of the source found nothing.
     source_empty: AtomicBool,
 }
@@ -73,7 +86,13 @@ impl Channel {
         if source.is_none() {
             let _ = flag.set(Flag::public()?);
         }
-        Ok(Arc::new(Channel { flag, source, queue: Mutex::new(VecDeque::new()), source_empty: AtomicBool::new(true) }))
+        Ok(Arc::new(Channel {
+            flag,
+            source,
+            queue: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
+            source_empty: AtomicBool::new(true),
+        }))
     }
 
     pub fn fd(&self) -> i32 {
@@ -93,30 +112,50 @@ impl Channel {
             self.raise();
         }
         q.push_back(p);
+        self.queued.store(q.len(), Ordering::Release);
     }
 
-    /// Next event; blocks unless the application made the fd non-blocking.
-    /// Every wait is a poll() of the fd the application has, as its own
-    /// would be: readable while the queue (or the source) has an event. A
-    /// signal handler ends it with EINTR as upstream's blocking write would
-    /// (`sys::eintr_ends_call`).
+    /// The next event, delivered into `slot` (the application's event);
+    /// blocks unless the application made the fd non-blocking. Every wait is
+    /// a poll() of the fd the application has, as its own would be: readable
+    /// while the queue (or the source) has an event. A signal handler ends
+    /// it with EINTR as upstream's blocking write would (`sys::eintr_ends_call`).
+    pub fn next(self: &Arc<Self>, slot: Slot) -> Result<*mut rdma_cm_event> {
+        let mut slot = Some(slot);
+        match self.get(&mut slot)? {
+            Got::Queued(p) => Ok(EventBox::deliver_in(slot.take().unwrap_or_else(Box::new_uninit), p)),
+            Got::Delivered(e) => Ok(e),
+        }
+    }
+
+    /// `next` for the tests that hold an event between the queue and its
+    /// delivery (a source that delivers itself is given no slot: it makes one).
+    #[cfg(test)]
     pub fn pop(self: &Arc<Self>) -> Result<Pending> {
+        match self.get(&mut None)? {
+            Got::Queued(p) => Ok(p),
+            Got::Delivered(_) => panic!("pop on a source that delivers"),
+        }
+    }
+
+    fn get(self: &Arc<Self>, slot: &mut Option<Slot>) -> Result<Got> {
         let fd = self.fd();
         // A source that was empty last time is likely empty now: skip the
         // read that would fail and go straight to the wait (one syscall less).
         let mut tried_empty = self.source_empty.load(Ordering::Relaxed);
         loop {
             if let Some(p) = self.try_pop() {
-                return Ok(p);
+                return Ok(Got::Queued(p));
             }
             match &self.source {
                 // Read the source when it may have something, or when the
                 // caller does not wait anyway (a non-blocking fd).
                 Some(src) if !tried_empty || crate::sys::nonblocking(fd) => {
-                    let t = src.take(self)?;
+                    let t = src.take(self, slot)?;
                     self.source_empty.store(matches!(t, Take::Empty), Ordering::Relaxed);
                     match t {
-                        Take::Here(p) => return Ok(p),
+                        Take::Here(p) => return Ok(Got::Queued(p)),
+                        Take::Delivered(e) => return Ok(Got::Delivered(e)),
                         Take::Again => continue,
                         Take::Empty if tried_empty => return Err(Errno::EAGAIN),
                         Take::Empty => {
@@ -160,8 +199,12 @@ impl Channel {
     }
 
     fn try_pop(&self) -> Option<Pending> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut q = lock(&self.queue);
         let p = q.pop_front()?.handed_out();
+        self.queued.store(q.len(), Ordering::Release);
         if q.is_empty() {
             self.lower();
         }
@@ -171,6 +214,9 @@ impl Channel {
     /// Takes out every queued event that `pred` selects (an id being destroyed
     /// or migrated loses its unread events, as with the kernel).
     pub fn take_where(&self, pred: impl Fn(&Pending) -> bool) -> Vec<Pending> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Vec::new(); // the usual case for rdma_destroy_id: no lock either
+        }
         let mut q = lock(&self.queue);
         if q.is_empty() {
             return Vec::new(); // the usual case for rdma_destroy_id: no syscall
@@ -185,6 +231,7 @@ impl Channel {
             }
         }
         *q = keep;
+        self.queued.store(q.len(), Ordering::Release);
         if q.is_empty() {
             self.lower();
         }

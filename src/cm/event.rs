@@ -66,6 +66,30 @@ impl Pending {
     }
 }
 
+/// An event's fields besides its private data: what a source that delivers
+/// straight into the application's event (`EventBox::write`) fills in, with
+/// the private data borrowed from where it read the event.
+pub struct Head {
+    pub owner: Arc<IdCore>,
+    pub id: IdPtr,
+    pub listen_id: IdPtr,
+    pub event: u32,
+    pub status: i32,
+    pub param: Param,
+    pub ud: bool,
+}
+
+impl Head {
+    /// The same event for a queue (its private data copied).
+    pub fn pending(self, private: &[u8]) -> Pending {
+        let Head { owner, id, listen_id, event, status, param, ud } = self;
+        Pending { owner, id, listen_id, event, status, param, private: private.to_vec(), ud }
+    }
+}
+
+/// The allocation of an event not filled yet (made before the wait).
+pub type Slot = Box<std::mem::MaybeUninit<EventBox>>;
+
 /// What C sees, the public struct first; private data lives inside the same
 /// allocation so it stays valid until the ack.
 #[repr(C)]
@@ -79,30 +103,50 @@ impl EventBox {
     /// Turns a handed-out pending event into the allocation given to the
     /// application (acked with `ack`).
     pub fn deliver(p: Pending) -> *mut rdma_cm_event {
-        let mut b = Box::new(EventBox {
-            public: rdma_cm_event {
-                id: p.id.0,
-                listen_id: p.listen_id.0,
-                event: p.event,
-                status: p.status,
-                param: p.param.0,
-            },
-            private: [0; MAX_PRIVATE_DATA],
-            owner: p.owner,
-        });
+        Self::deliver_in(Box::new_uninit(), p)
+    }
+
+    /// `deliver` into an allocation made before the wait (as upstream's
+    /// rdma_get_cm_event allocates its event before it blocks: a thread's
+    /// first allocation, which sets up its malloc arena, then happens before
+    /// the first event, not while the application waits for it).
+    pub fn deliver_in(slot: Slot, p: Pending) -> *mut rdma_cm_event {
+        let Pending { owner, id, listen_id, event, status, param, private, ud } = p;
+        Self::write(slot, Head { owner, id, listen_id, event, status, param, ud }, &private)
+    }
+
+    /// Fills `slot` with a handed-out event and registers it: the event the
+    /// application gets.
+    pub fn write(mut slot: Slot, h: Head, private: &[u8]) -> *mut rdma_cm_event {
+        let e = slot.as_mut_ptr();
         // The length field is a u8: a longer payload from any backend is cut, not wrapped.
-        let n = p.private.len().min(MAX_PRIVATE_DATA).min(u8::MAX as usize);
-        b.private[..n].copy_from_slice(&p.private[..n]);
-        if n > 0 {
-            let data = b.private.as_ptr().cast();
-            if p.ud {
-                b.public.param.ud.private_data = data;
-                b.public.param.ud.private_data_len = n as u8;
-            } else {
-                b.public.param.conn.private_data = data;
-                b.public.param.conn.private_data_len = n as u8;
+        let n = private.len().min(MAX_PRIVATE_DATA).min(u8::MAX as usize);
+        // SAFETY: `e` is the slot's allocation; each field is written once
+        // (in place: no copy of the whole box from the stack) before assume_init.
+        let b = unsafe {
+            let data = std::ptr::addr_of_mut!((*e).private) as *mut u8;
+            data.write_bytes(0, MAX_PRIVATE_DATA);
+            std::ptr::copy_nonoverlapping(private.as_ptr(), data, n);
+            let mut param = h.param.0;
+            if n > 0 {
+                if h.ud {
+                    param.ud.private_data = data.cast();
+                    param.ud.private_data_len = n as u8;
+                } else {
+                    param.conn.private_data = data.cast();
+                    param.conn.private_data_len = n as u8;
+                }
             }
-        }
+            std::ptr::addr_of_mut!((*e).public).write(rdma_cm_event {
+                id: h.id.0,
+                listen_id: h.listen_id.0,
+                event: h.event,
+                status: h.status,
+                param,
+            });
+            std::ptr::addr_of_mut!((*e).owner).write(h.owner);
+            slot.assume_init()
+        };
         let ptr = Box::into_raw(b) as *mut rdma_cm_event;
         registry::register(ptr, Kind::Event);
         ptr
@@ -134,7 +178,7 @@ impl EventBox {
 /// Acks of the events handed out for one id (`IdCore::reported`).
 #[derive(Default)]
 pub struct Acct {
-    pub acked: u64,
+    pub acked: std::sync::atomic::AtomicU64,
     /// Threads waiting for acks (destroy, migrate).
-    pub waiting: u32,
+    pub waiting: std::sync::atomic::AtomicU32,
 }

@@ -3,14 +3,14 @@
 //! migrate, user events, synchronous completion).
 
 use super::channel::{Channel, ChannelBox};
-use super::event::{Acct, EventBox, IdPtr, Param, Pending};
+use super::event::{Acct, EventBox, Head, IdPtr, Param, Pending, Slot};
 use super::options::Options;
 use super::registry::{self, lock, Kind};
 use crate::sys::{Errno, Result};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::ibv_ece;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const IBV_QPT_RC: u32 = 2;
@@ -18,7 +18,6 @@ const IBV_QPT_UD: u32 = 4;
 
 /// The per-id state that is not in the public struct.
 pub struct IdState {
-    pub acct: Acct,
     pub channel: Arc<Channel>,
     /// Sync mode: the private channel this id owns.
     pub private_channel: Option<ChannelPtr>,
@@ -30,7 +29,7 @@ pub struct IdState {
     pub resolved: Option<crate::addrinfo::List>,
     /// CQs the library created for this id's QP.
     pub lib_cqs: crate::qp::LibCqs,
-    /// The backend's own state for this id.
+    /// The soft backend's own state for this id (the kernel's is `IdCore::kern`).
     pub ext: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// rdma_create_ep on a passive id: the QP every rdma_get_request child gets.
     pub ep: Option<crate::qp::EpAttr>,
@@ -62,6 +61,20 @@ pub struct IdCore {
     /// by a backend thread that modifies the QP outside `st` (the modify takes
     /// `st` itself), so the QP is not destroyed under it. Taken before `st`.
     qp_lock: Mutex<()>,
+    /// The kernel CM's state for the id (unused by the other backends): in
+    /// the same allocation, as upstream keeps one allocation per id. Its lock
+    /// is taken before `st`, never after (`kernel::kid`).
+    pub(crate) kern: Mutex<crate::kernel::kid::KSlot>,
+    /// Whether `st.private_channel` is set (written with it, under the lock;
+    /// read without it on every synchronous-mode check).
+    sync: AtomicBool,
+    /// Tells this id from an earlier one at the same address (`gen`).
+    gen: u16,
+    /// Acks of the events in `reported`.
+    acct: Acct,
+    /// The address of `st.channel`, written with it (under the lock), for
+    /// `is_on`'s comparison without it.
+    on: std::sync::atomic::AtomicPtr<Channel>,
 }
 
 /// The struct the application reads and writes on its own terms (as with
@@ -90,6 +103,59 @@ pub fn qp_type_for(ps: u32) -> Option<u32> {
 }
 
 impl IdCore {
+    /// Builds the core in its allocation (no copy of the whole struct from
+    /// the stack: rdma_create_id is one of the calls cmtime times).
+    fn new(
+        channel: *mut rdma_event_channel,
+        context: *mut libc::c_void,
+        ps: u32,
+        qp_type: u32,
+        chan: Arc<Channel>,
+        private_channel: Option<ChannelPtr>,
+    ) -> Arc<IdCore> {
+        let mut a = Arc::<IdCore>::new_uninit();
+        let Some(slot) = Arc::get_mut(&mut a) else { unreachable!("a new Arc is unique") };
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` is the new, unique allocation; every field is written
+        // once before assume_init. All-zero is a valid rdma_cm_id (pointers
+        // NULL, numbers 0) and `Public` is a transparent wrapper of one.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).on).write(std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&chan) as *mut Channel));
+            let public = std::ptr::addr_of_mut!((*p).public) as *mut rdma_cm_id;
+            public.write_bytes(0, 1);
+            (*public).channel = channel;
+            (*public).context = context;
+            (*public).ps = ps;
+            (*public).qp_type = qp_type;
+            std::ptr::addr_of_mut!((*p).st).write(Mutex::new(IdState {
+                channel: chan,
+                private_channel,
+                alive: true,
+                options: Options::default(),
+                local_ece: ibv_ece::default(),
+                remote_ece: ibv_ece::default(),
+                resolved: None,
+                lib_cqs: Default::default(),
+                ext: None,
+                ep: None,
+            }));
+            std::ptr::addr_of_mut!((*p).cond).write(Condvar::new());
+            std::ptr::addr_of_mut!((*p).reported).write(AtomicU64::new(0));
+            std::ptr::addr_of_mut!((*p).qp_lock).write(Mutex::new(()));
+            std::ptr::addr_of_mut!((*p).kern).write(Mutex::default());
+            std::ptr::addr_of_mut!((*p).sync).write(AtomicBool::new(private_channel.is_some()));
+            static GEN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+            std::ptr::addr_of_mut!((*p).gen).write(GEN.fetch_add(1, Ordering::Relaxed));
+            std::ptr::addr_of_mut!((*p).acct).write(Acct::default());
+            a.assume_init()
+        }
+    }
+
+    /// A number that differs (mostly) between ids made one after another.
+    pub fn gen(&self) -> u16 {
+        self.gen
+    }
+
     pub fn state(&self) -> MutexGuard<'_, IdState> {
         lock(&self.st)
     }
@@ -109,21 +175,25 @@ impl IdCore {
         self.reported.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Events handed out and not acked yet.
+    /// Events handed out and not acked yet (`st`: the caller holds the state lock).
     pub(crate) fn outstanding(&self, st: &IdState) -> u64 {
+        let _ = st;
+        // Acks first: an event is acked only after it was handed out, so
+        // more acks than hand-outs read in this order would be a counting bug.
+        let acked = self.acct.acked.load(Ordering::SeqCst);
         let reported = self.reported.load(Ordering::SeqCst);
-        // An event is acked only after it was handed out, and the caller holds the lock
-        // acks take: more acks than hand-outs would be a counting bug.
-        debug_assert!(st.acct.acked <= reported, "acked {} > handed out {reported}", st.acct.acked);
-        reported.saturating_sub(st.acct.acked)
+        debug_assert!(acked <= reported, "acked {acked} > handed out {reported}");
+        reported.saturating_sub(acked)
     }
 
+    /// An event of this id was acked. Only destroy and migrate wait for
+    /// acks, so an ack with nobody waiting (nearly every ack) takes no lock:
+    /// a waiter counts itself before it looks (`wait_acked`), so an ack it
+    /// did not see finds it counted and wakes it under the lock it sleeps with.
     pub(crate) fn acked(&self) {
-        let mut st = self.state();
-        st.acct.acked += 1;
-        // Only destroy and migrate wait here: an ack with nobody waiting
-        // (nearly every ack) makes no wake-up syscall.
-        if st.acct.waiting > 0 {
+        self.acct.acked.fetch_add(1, Ordering::SeqCst);
+        if self.acct.waiting.load(Ordering::SeqCst) > 0 {
+            let _st = self.state();
             self.cond.notify_all();
         }
     }
@@ -142,12 +212,35 @@ impl IdCore {
         Ok(r)
     }
 
+    /// `with_public` for a caller that holds the state lock already.
+    ///
+    /// # Safety
+    /// `st` is this id's state, locked by the caller.
+    pub unsafe fn public_locked<R>(&self, st: &IdState, f: impl FnOnce(&rdma_cm_id) -> R) -> R {
+        debug_assert!(st.alive);
+        let _ = st;
+        // SAFETY: per the contract the caller holds the lock every access takes.
+        f(unsafe { &*self.public.0.get() })
+    }
+
     pub fn channel(&self) -> Arc<Channel> {
         self.state().channel.clone()
     }
 
     pub fn is_sync(&self) -> bool {
-        self.state().private_channel.is_some()
+        self.sync.load(Ordering::Acquire)
+    }
+
+    /// The fields of an event owned by and about this id.
+    pub fn head(self: &Arc<Self>, event: u32, status: i32, param: Param) -> Head {
+        Head { owner: self.clone(), id: self.ptr(), listen_id: IdPtr(std::ptr::null_mut()), event, status, param, ud: false }
+    }
+
+    /// Whether the id is on `ch` (else its events go to its own channel's
+    /// queue). A caller that must not race rdma_migrate_id holds what it
+    /// takes before the switch (the kernel state lock).
+    pub fn is_on(&self, ch: &Arc<Channel>) -> bool {
+        std::ptr::eq(self.on.load(Ordering::Acquire), Arc::as_ptr(ch))
     }
 
     /// An event owned by and about this id.
@@ -173,14 +266,17 @@ impl IdCore {
         st.channel.push(p);
     }
 
-    /// An event read from a backend's source by a reader of `ch`: given back
-    /// when the id is on `ch`, else queued on the id's own channel.
-    pub fn take_or_post(self: &Arc<Self>, p: Pending, ch: &Arc<Channel>) -> Option<Pending> {
-        let st = self.state();
-        if Arc::ptr_eq(&st.channel, ch) {
-            return Some(p);
+    /// An event read from a backend's source by a reader of `ch`: delivered
+    /// into the reader's `slot` (counted as handed out) when the id is on
+    /// `ch`, else queued on the id's own channel (None). The caller keeps
+    /// rdma_migrate_id from switching the id's channel meanwhile (the kernel
+    /// CM holds the id's kernel state lock, which migrate takes first).
+    pub fn deliver_or_post(self: &Arc<Self>, h: Head, private: &[u8], ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Option<*mut rdma_cm_event> {
+        if self.is_on(ch) {
+            self.handed_out();
+            return Some(EventBox::write(slot.take().unwrap_or_else(Box::new_uninit), h, private));
         }
-        st.channel.push(p);
+        self.post(h.pending(private));
         None
     }
 
@@ -198,14 +294,16 @@ impl IdCore {
         });
     }
 
-    /// Blocks until every event reported on this id has been acked.
-    fn wait_acked(&self) {
+    /// Blocks until every event reported on this id has been acked; gives
+    /// back the state lock it checked that under.
+    fn wait_acked(&self) -> MutexGuard<'_, IdState> {
         let mut st = self.state();
+        self.acct.waiting.fetch_add(1, Ordering::SeqCst);
         while self.outstanding(&st) > 0 {
-            st.acct.waiting += 1;
             st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
-            st.acct.waiting -= 1;
         }
+        self.acct.waiting.fetch_sub(1, Ordering::SeqCst);
+        st
     }
 
     /// Acks the event a synchronous id keeps in `id->event`, if any.
@@ -223,9 +321,9 @@ impl IdCore {
     /// status into an errno.
     pub fn complete(self: &Arc<Self>) -> Result<()> {
         self.ack_stored_event()?;
-        let p = self.channel().pop()?;
-        let (event, status) = (p.event, p.status);
-        let ev = EventBox::deliver(p);
+        let ev = self.channel().next(Box::new_uninit())?;
+        // SAFETY: the event just delivered, not handed to the application yet.
+        let (event, status) = unsafe { ((*ev).event, (*ev).status) };
         self.with_public(|pb| pb.event = ev)?;
         match (event, status) {
             (RDMA_CM_EVENT_REJECTED, _) => Err(Errno(libc::ECONNREFUSED)),
@@ -264,31 +362,7 @@ impl IdBox {
         } else {
             (ChannelBox::lookup(channel)?, channel, None)
         };
-        // SAFETY: all-zero is valid for rdma_cm_id (pointers NULL, numbers 0).
-        let mut public: rdma_cm_id = unsafe { std::mem::zeroed() };
-        public.channel = public_chan;
-        public.context = context;
-        public.ps = ps;
-        public.qp_type = qp_type;
-        let core = Arc::new(IdCore {
-            public: Public(UnsafeCell::new(public)),
-            st: Mutex::new(IdState {
-                acct: Acct::default(),
-                channel: chan,
-                private_channel,
-                alive: true,
-                options: Options::default(),
-                local_ece: ibv_ece::default(),
-                remote_ece: ibv_ece::default(),
-                resolved: None,
-                lib_cqs: Default::default(),
-                ext: None,
-                ep: None,
-            }),
-            cond: Condvar::new(),
-            reported: AtomicU64::new(0),
-            qp_lock: Mutex::new(()),
-        });
+        let core = IdCore::new(public_chan, context, ps, qp_type, chan, private_channel);
         let ptr = core.ptr().0;
         // `public` is the first field of a repr(C) struct: same address as the data.
         debug_assert_eq!(ptr as usize, Arc::as_ptr(&core) as usize);
@@ -311,6 +385,22 @@ impl IdBox {
         .ok_or(Errno::EINVAL)
     }
 
+    /// `lookup` of an id that must also still have generation `gen` (low 15
+    /// bits compared): an address the kernel echoes may name a newer id.
+    pub fn lookup_gen(ptr: *const rdma_cm_id, gen: u16) -> Option<Arc<IdCore>> {
+        registry::with_live(ptr, Kind::Id, || {
+            // SAFETY: as in `lookup`: a live id handle, not freed while the registry's lock is held.
+            unsafe {
+                if (*(ptr as *const IdCore)).gen & 0x7fff != gen & 0x7fff {
+                    return None;
+                }
+                Arc::increment_strong_count(ptr as *const IdCore);
+                Some(Arc::from_raw(ptr as *const IdCore))
+            }
+        })
+        .flatten()
+    }
+
     /// `rdma_destroy_id`: unread events are dropped, the stored sync event is
     /// acked, then the call waits until the application acked every event it
     /// was given for this id (the man page's promise).
@@ -322,15 +412,24 @@ impl IdBox {
         // (from `create`) is this call's to take back, once.
         let core = unsafe { Arc::from_raw(ptr as *const IdCore) };
         crate::backend::destroy(&core);
-        let chan = core.channel();
+        let (chan, stored) = {
+            let st = core.state();
+            // SAFETY: under the state lock; the struct is alive (only this call clears `alive`).
+            let stored = unsafe { std::mem::replace(&mut (*core.public.0.get()).event, std::ptr::null_mut()) };
+            (st.channel.clone(), stored)
+        };
         for p in chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
             p.discard();
         }
-        // The id is unregistered already: nothing may stop it halfway.
-        let _ = core.ack_stored_event();
-        core.wait_acked();
+        drop(chan);
+        // The id is unregistered already: nothing may stop it halfway. The
+        // event a synchronous id kept is acked for it (unless the
+        // application acked it itself).
+        if !stored.is_null() && EventBox::is_about(stored, core.ptr()) {
+            let _ = EventBox::ack(stored);
+        }
         let private = {
-            let mut st = core.state();
+            let mut st = core.wait_acked();
             st.alive = false;
             st.private_channel.take()
         };
@@ -371,7 +470,9 @@ impl IdBox {
         let old = {
             let mut st = core.state();
             let old_chan = std::mem::replace(&mut st.channel, new_chan.clone());
+            core.on.store(Arc::as_ptr(&new_chan) as *mut Channel, Ordering::Release);
             let old_private = std::mem::replace(&mut st.private_channel, new_private);
+            core.sync.store(st.private_channel.is_some(), Ordering::Release);
             // Still under the lock `post` takes: the id's events keep their order.
             for p in old_chan.take_where(|p| Arc::ptr_eq(&p.owner, &core)) {
                 new_chan.push(p);
@@ -379,7 +480,7 @@ impl IdBox {
             (old_chan, old_private)
         };
         core.with_public(|p| p.channel = new_public)?;
-        core.wait_acked();
+        drop(core.wait_acked());
         if let Some(pc) = old.1 {
             ChannelBox::destroy(pc.0)?;
         }

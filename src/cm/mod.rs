@@ -9,7 +9,7 @@ pub mod options;
 pub mod registry;
 
 pub use channel::{Channel, ChannelBox};
-pub use event::{EventBox, Pending};
+pub use event::{EventBox, Head, Pending, Slot};
 pub use id::{IdBox, IdCore};
 
 #[cfg(test)]

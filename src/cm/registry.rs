@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 /// Hasher for the library's own keys (pointers it handed out, counters):
 /// nobody can choose them, so SipHash's flooding resistance buys nothing and
@@ -50,13 +50,122 @@ pub enum Kind {
     Event,
 }
 
-/// Sized for a few hundred live handles up front: programs make their ids
-/// in bursts (cmtime, servers), and each growth rehashes every entry.
-static HANDLES: LazyLock<Mutex<KeyMap<usize, Kind>>> =
-    LazyLock::new(|| Mutex::new(KeyMap::with_capacity_and_hasher(256, Default::default())));
+/// Every live handle. Not a std HashMap: every call of the library looks a
+/// handle up, and under qemu's TCG (the VM benchmark) the cost of a call
+/// follows the instructions it runs; this table's probe is a few of them.
+static HANDLES: Mutex<PtrTable> = Mutex::new(PtrTable::new());
 
-fn handles() -> MutexGuard<'static, KeyMap<usize, Kind>> {
+fn handles() -> MutexGuard<'static, PtrTable> {
     lock(&HANDLES)
+}
+
+/// A set of non-zero addresses with a kind each: open addressing with linear
+/// probing and backward-shift deletion (no tombstones), at most half full.
+struct PtrTable {
+    slots: Vec<(usize, Kind)>,
+    len: usize,
+}
+
+impl PtrTable {
+    /// Slots of the first allocation: programs make their ids in bursts
+    /// (cmtime, servers), and each growth rehashes every entry.
+    const FIRST: usize = 512;
+
+    const fn new() -> PtrTable {
+        PtrTable { slots: Vec::new(), len: 0 }
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len().wrapping_sub(1)
+    }
+
+    /// Where `key` would sit if nothing collided: the address mixed (its low
+    /// bits are alignment zeros, and allocations of one size sit at a fixed
+    /// stride, which a bare multiplication maps onto few slots).
+    fn home(&self, key: usize) -> usize {
+        let k = key as u64;
+        let h = (k ^ (k >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h ^ (h >> 32)) as usize & self.mask()
+    }
+
+    /// The slot holding `key`, if any.
+    fn find(&self, key: usize) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mut i = self.home(key);
+        loop {
+            match self.slots[i].0 {
+                0 => return None,
+                k if k == key => return Some(i),
+                _ => i = (i + 1) & self.mask(),
+            }
+        }
+    }
+
+    fn get(&self, key: usize) -> Option<Kind> {
+        self.find(key).map(|i| self.slots[i].1)
+    }
+
+    fn insert(&mut self, key: usize, kind: Kind) {
+        debug_assert_ne!(key, 0);
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let mut i = self.home(key);
+        loop {
+            match self.slots[i].0 {
+                0 => {
+                    self.slots[i] = (key, kind);
+                    self.len += 1;
+                    return;
+                }
+                k if k == key => {
+                    self.slots[i].1 = kind;
+                    return;
+                }
+                _ => i = (i + 1) & self.mask(),
+            }
+        }
+    }
+
+    fn grow(&mut self) {
+        let n = (self.slots.len() * 2).max(Self::FIRST);
+        let old = std::mem::replace(&mut self.slots, vec![(0, Kind::Id); n]);
+        self.len = 0;
+        for (k, kind) in old {
+            if k != 0 {
+                self.insert(k, kind);
+            }
+        }
+    }
+
+    /// Removes `key` when it is there with `kind`; whether it was.
+    fn remove(&mut self, key: usize, kind: Kind) -> bool {
+        let Some(mut hole) = self.find(key) else { return false };
+        if self.slots[hole].1 != kind {
+            return false;
+        }
+        self.slots[hole].0 = 0;
+        self.len -= 1;
+        // Entries after the hole that probed past it move back into it.
+        let mut j = hole;
+        loop {
+            j = (j + 1) & self.mask();
+            let k = self.slots[j].0;
+            if k == 0 {
+                return true;
+            }
+            let home = self.home(k);
+            // Stays when its home lies cyclically in (hole, j].
+            let stays = if hole <= j { hole < home && home <= j } else { hole < home || home <= j };
+            if !stays {
+                self.slots[hole] = self.slots[j];
+                self.slots[j].0 = 0;
+                hole = j;
+            }
+        }
+    }
 }
 
 /// Records a freshly allocated handle.
@@ -69,7 +178,7 @@ pub fn register<T>(ptr: *const T, kind: Kind) {
 /// read the handle's allocation.
 pub fn with_live<T, R>(ptr: *const T, kind: Kind, f: impl FnOnce() -> R) -> Option<R> {
     let h = handles();
-    if h.get(&(ptr as usize)) != Some(&kind) {
+    if h.get(ptr as usize) != Some(kind) {
         return None;
     }
     let r = f();
@@ -80,8 +189,7 @@ pub fn with_live<T, R>(ptr: *const T, kind: Kind, f: impl FnOnce() -> R) -> Opti
 /// Forgets a live handle of `kind`; true once per registration, so exactly
 /// one caller goes on to free it.
 pub fn unregister<T>(ptr: *const T, kind: Kind) -> bool {
-    let mut h = handles();
-    h.get(&(ptr as usize)) == Some(&kind) && h.remove(&(ptr as usize)).is_some()
+    handles().remove(ptr as usize, kind)
 }
 
 /// Numbers handed to the kernel (the `uid` it echoes in events): a slot index
@@ -111,13 +219,26 @@ impl<T> Cookies<T> {
         let i = match self.free.pop() {
             Some(i) => i as usize,
             None => {
+                if self.slots.capacity() == 0 {
+                    // Room for a burst of ids up front (growing copies every slot).
+                    self.slots.reserve(256);
+                    self.free.reserve(256);
+                }
                 self.slots.push((0, None));
                 self.slots.len() - 1
             }
         };
         let slot = &mut self.slots[i];
-        slot.0 = slot.0.wrapping_add(1).max(1);
+        // 31 bits of generation: the top bit of a cookie is the caller's.
+        slot.0 = (slot.0.wrapping_add(1) & 0x7fff_ffff).max(1);
         ((slot.0 as u64) << 32) | i as u64
+    }
+
+    /// A new cookie for `v` (`reserve` and `fill` in one).
+    pub fn insert(&mut self, v: T) -> u64 {
+        let c = self.reserve();
+        self.slots[c as u32 as usize].1 = Some(v);
+        c
     }
 
     /// Stores `v` under a cookie `reserve` gave.
@@ -174,6 +295,37 @@ mod tests {
         drop(unsafe { Box::from_raw(a) });
     }
 
+    #[test]
+    fn the_table_agrees_with_a_set_through_growth_and_shifting_removals() {
+        let mut t = PtrTable::new();
+        let mut model = std::collections::HashMap::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for round in 0..20_000u32 {
+            // xorshift: a fixed sequence of aligned "addresses" from a small
+            // range, so keys repeat and probes collide.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = (((x % 1500) + 1) * 16) as usize;
+            let kind = if round % 3 == 0 { Kind::Event } else { Kind::Id };
+            if x % 5 < 3 {
+                t.insert(key, kind);
+                model.insert(key, kind);
+            } else {
+                let want = model.get(&key) == Some(&kind);
+                assert_eq!(t.remove(key, kind), want, "remove {key:#x} {kind:?}");
+                if want {
+                    model.remove(&key);
+                }
+            }
+            assert_eq!(t.len, model.len());
+        }
+        for k in (16..=1500 * 16).step_by(16) {
+            assert_eq!(t.get(k), model.get(&k).copied(), "{k:#x}");
+        }
+        assert!(t.slots.len() >= 2 * t.len);
+    }
+
     /// A cookie that stores itself.
     fn put(c: &mut Cookies<u64>) -> u64 {
         let k = c.reserve();
@@ -208,7 +360,7 @@ mod tests {
         assert_eq!(a as u32, 0, "slot 0");
         assert_ne!(a, 0);
         c.remove(a);
-        c.slots[0].0 = u32::MAX;
+        c.slots[0].0 = 0x7fff_ffff;
         let b = put(&mut c);
         assert_eq!(b as u32, 0, "slot 0 again, its generation wrapped");
         assert_ne!(b, 0);

@@ -29,7 +29,7 @@ impl Source for PipeSource {
     fn public(&self) -> &Epoll {
         &self.public
     }
-    fn take(&self, _ch: &Arc<Channel>) -> Result<Take> {
+    fn take(&self, _ch: &Arc<Channel>, _slot: &mut Option<Slot>) -> Result<Take> {
         self.takes.fetch_add(1, Ordering::Relaxed);
         let mut b = 0u8;
         // SAFETY: reads one byte into a live u8 from our non-blocking pipe.
@@ -85,7 +85,7 @@ impl Rig {
         let (tx, rx) = std::sync::mpsc::channel();
         let ch = self.ch.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(ch.pop().map(|p| EventBox::deliver(p) as usize));
+            let _ = tx.send(ch.next(Box::new_uninit()).map(|e| e as usize));
         });
         let ev = rx.recv_timeout(Duration::from_secs(5)).expect("pop returned")? as *mut rdma_cm_event;
         // SAFETY: the event just delivered; USER events carry `arg`.

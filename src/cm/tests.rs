@@ -164,16 +164,18 @@ fn an_event_read_for_a_migrated_id_goes_to_its_new_channel() {
     IdBox::migrate(moved, b).unwrap();
     let (stay_core, moved_core) = (IdBox::lookup(stay).unwrap(), IdBox::lookup(moved).unwrap());
     // A reader of `a` got one event for each id from the backend.
-    let mine = stay_core.take_or_post(stay_core.pending(RDMA_CM_EVENT_USER, 0, event::Param::arg(1)), &cha);
-    assert!(mine.is_some(), "an event for an id on the reader's channel is the reader's");
-    let theirs = moved_core.take_or_post(moved_core.pending(RDMA_CM_EVENT_USER, 0, event::Param::arg(2)), &cha);
-    assert!(theirs.is_none(), "an event for an id that moved is not the reader's");
+    let mut slot = Some(Box::new_uninit());
+    let mine = stay_core.deliver_or_post(stay_core.head(RDMA_CM_EVENT_USER, 0, event::Param::arg(1)), &[], &cha, &mut slot);
+    assert!(mine.is_some() && slot.is_none(), "an event for an id on the reader's channel is the reader's");
+    let mut slot = Some(Box::new_uninit());
+    let theirs = moved_core.deliver_or_post(moved_core.head(RDMA_CM_EVENT_USER, 0, event::Param::arg(2)), &[], &cha, &mut slot);
+    assert!(theirs.is_none() && slot.is_some(), "an event for an id that moved is not the reader's");
     assert!(readable(chb.fd()), "it waits on the id's new channel");
     let ev = EventBox::deliver(chb.pop().unwrap());
     // SAFETY: a live event we just delivered.
     assert_eq!(unsafe { ((*ev).id, (*ev).param.arg) }, (moved, 2));
     EventBox::ack(ev).unwrap();
-    drop(mine);
+    EventBox::ack(mine.unwrap()).unwrap();
     IdBox::destroy(stay).unwrap();
     IdBox::destroy(moved).unwrap();
     ChannelBox::destroy(a).unwrap();

@@ -4,12 +4,12 @@
 
 #[macro_use]
 pub mod entry;
-mod addr;
+pub(crate) mod addr;
 mod args;
 mod channel;
 mod conn;
 mod devices;
-mod id;
+pub(crate) mod id;
 mod mcast;
 mod qp;
 mod rsocket;

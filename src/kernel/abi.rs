@@ -46,16 +46,6 @@ impl Default for kernel_sockaddr_storage {
     }
 }
 
-impl kernel_sockaddr_storage {
-    /// A socket address given as bytes (at most 128 are kept).
-    pub fn from_bytes(b: &[u8]) -> Self {
-        let mut s = Self::default();
-        let n = b.len().min(128);
-        s.0[..n].copy_from_slice(&b[..n]);
-        s
-    }
-}
-
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct rdma_ucm_cmd_hdr {

@@ -8,9 +8,8 @@
 //! Like upstream's, the probe runs the library's create, bind and destroy
 //! paths once during the first `rdma_create_event_channel`.
 
-use crate::cm::IdBox;
 use crate::trace;
-use rdma_abi::cma::{sockaddr_ib, AF_IB, RDMA_IB_IP_PS_MASK, RDMA_IB_IP_PS_TCP, RDMA_PS_IB};
+use rdma_abi::cma::{rdma_cm_id, sockaddr_ib, AF_IB, RDMA_IB_IP_PS_MASK, RDMA_IB_IP_PS_TCP, RDMA_PS_IB};
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -44,14 +43,19 @@ pub fn probe_once() {
 }
 
 fn probe() -> bool {
-    use crate::backend::Backend;
-    let Ok((ptr, core)) = IdBox::create_core(std::ptr::null_mut(), std::ptr::null_mut(), RDMA_PS_IB, None) else {
-        return false;
-    };
-    // bind makes the kernel id first, as it does for any id without one.
-    let ok = super::Kernel.bind(&core, &wildcard()).is_ok();
-    let _ = IdBox::destroy(ptr);
-    ok
+    let mut id: *mut rdma_cm_id = std::ptr::null_mut();
+    let sa = wildcard();
+    // SAFETY: the library's own exported calls, as upstream's probe makes
+    // them: a synchronous id (NULL channel) in a local slot, bound to an
+    // address of the length AF_IB names, destroyed once.
+    unsafe {
+        if crate::ffi::id::rdma_create_id(std::ptr::null_mut(), &mut id, std::ptr::null_mut(), RDMA_PS_IB) != 0 {
+            return false;
+        }
+        let ok = crate::ffi::addr::rdma_bind_addr(id, sa.as_ptr() as *mut libc::sockaddr) == 0;
+        crate::ffi::id::rdma_destroy_id(id);
+        ok
+    }
 }
 
 /// Whether AF_IB addresses may go to the kernel: not once the probe found

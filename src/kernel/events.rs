@@ -7,47 +7,59 @@
 
 use super::abi::*;
 use super::convert;
-use super::kid::{self, Gids, KId, Mc, Owner};
+use super::kid::{self, Gids, Mc, Owner};
 use super::ucma::Ucma;
 use crate::cm::channel::Take;
 use crate::cm::event::Param;
-use crate::cm::{Channel, IdBox, IdCore, Pending};
+use crate::cm::{Channel, Head, IdBox, IdCore, Slot};
 use crate::sys::{Errno, Result};
 use crate::verbs::ibv_attach_mcast;
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::sync::Arc;
 
-/// Where an event read from `u` by a reader of `ch` goes.
-pub fn dispatch(u: &Arc<Ucma>, ev: &rdma_ucm_event_resp, ch: &Arc<Channel>) -> Take {
-    let routed = match kid::lookup(ev.uid) {
-        Some(Owner::Id(k)) => on_id_event(u, &k, ev),
-        Some(Owner::Mc(k, mc)) => on_mc_event(&k, &mc, ev),
-        None => {
-            // The owner is gone: a request's new kernel id has nobody to take it.
-            if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
-                let _ = u.destroy_id(ev.id);
-            }
-            None
-        }
+/// Where an event read from `u` by a reader of `ch` goes. The owner's
+/// kernel state stays locked from the check that it is alive to the hand-over
+/// (teardown takes the same lock, so destroy also waits for an event handed
+/// out here, and none is posted after it).
+pub fn dispatch(u: &Arc<Ucma>, ev: &rdma_ucm_event_resp, ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Take {
+    let (k, mc) = match kid::lookup(ev.uid) {
+        Some(Owner::Id(k)) => (k, None),
+        Some(Owner::Mc(k, mc)) => (k, Some(mc)),
+        None => return gone(u, ev),
     };
-    let Some((k, p)) = routed else { return Take::Again };
-    match k.route(p, ch) {
-        Ok(Some(p)) => Take::Here(p),
-        Ok(None) => Take::Again,
-        Err(p) => {
-            // The owner was destroyed meanwhile.
-            p.discard();
-            Take::Again
-        }
+    let mut kst = kid::st(&k);
+    if kst.st.dead {
+        return gone(u, ev);
     }
+    let r = match mc {
+        Some(mc) => on_mc_event(&k, &mc, ev),
+        None => on_id_event(u, &k, &mut kst, ev),
+    };
+    let Some((h, private)) = r else { return Take::Again };
+    // The id's channel cannot change meanwhile: rdma_migrate_id moves the
+    // kernel id (under the kernel state lock held here) before the channel.
+    let t = match k.deliver_or_post(h, private, ch, slot) {
+        Some(e) => Take::Delivered(e),
+        None => Take::Again,
+    };
+    drop(kst);
+    t
 }
 
-/// An event and the id whose channel it goes to.
-type Routed = Option<(Arc<KId>, Pending)>;
+/// An event whose owner is gone: a request's new kernel id has nobody to take it.
+fn gone(u: &Ucma, ev: &rdma_ucm_event_resp) -> Take {
+    if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
+        let _ = u.destroy_id(ev.id);
+    }
+    Take::Again
+}
+
+/// An event for the owner's channel and its private data (None: nothing to report).
+type Routed<'a> = Option<(Head, &'a [u8])>;
 
 /// An event with the kernel's connection parameters (private data copied).
-fn conn_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32) -> Pending {
+fn conn_head<'a>(core: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp, event: u32, status: i32) -> (Head, &'a [u8]) {
     // SAFETY: both union members are plain data; `conn` is the one the kernel
     // fills for connected ids.
     let c = unsafe { &ev.param.conn };
@@ -63,13 +75,11 @@ fn conn_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status
         srq: c.srq,
         qp_num: c.qp_num,
     };
-    let mut p = core.pending(event, status, param);
-    p.private = c.private_data[..c.private_data_len as usize].to_vec();
-    p
+    (core.head(event, status, param), &c.private_data[..c.private_data_len as usize])
 }
 
 /// An event with the kernel's datagram parameters (address handle, QPN, qkey).
-fn ud_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32) -> Pending {
+fn ud_head<'a>(core: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp, event: u32, status: i32) -> (Head, &'a [u8]) {
     // SAFETY: both union members are plain data; `ud` is the one the kernel
     // fills for UD ids and multicast.
     let d = unsafe { &ev.param.ud };
@@ -81,59 +91,58 @@ fn ud_pending(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: 
         qp_num: d.qp_num,
         qkey: d.qkey,
     };
-    let mut p = core.pending(event, status, param);
-    p.private = d.private_data[..(d.private_data_len as usize).min(256)].to_vec();
-    p.ud = true;
-    p
+    let mut h = core.head(event, status, param);
+    h.ud = true;
+    (h, &d.private_data[..(d.private_data_len as usize).min(256)])
 }
 
 /// Parameters by the id's QP type, as upstream copies them.
-fn by_type(core: &Arc<IdCore>, ev: &rdma_ucm_event_resp, event: u32, status: i32) -> Pending {
+fn by_type<'a>(core: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp, event: u32, status: i32) -> (Head, &'a [u8]) {
     if kid::is_ud(core) {
-        ud_pending(core, ev, event, status)
+        ud_head(core, ev, event, status)
     } else {
-        conn_pending(core, ev, event, status)
+        conn_head(core, ev, event, status)
     }
 }
 
-fn on_id_event(u: &Arc<Ucma>, k: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
+/// An event without parameters.
+fn plain(core: &Arc<IdCore>, event: u32, status: i32) -> (Head, &'static [u8]) {
+    (core.head(event, status, Param::zeroed()), &[])
+}
+
+fn on_id_event<'a>(u: &Arc<Ucma>, k: &Arc<IdCore>, slot: &mut kid::KSlot, ev: &'a rdma_ucm_event_resp) -> Routed<'a> {
     let status = ev.status as i32;
-    let core = &k.core;
     match ev.event {
-        RDMA_CM_EVENT_ADDR_RESOLVED => {
-            let p = match k.with_handle(|u, h, st| k.query_addr(u, h, st, Gids::IbTransport)) {
-                Ok(()) => core.pending(RDMA_CM_EVENT_ADDR_RESOLVED, status, Param::zeroed()),
-                Err(e) => core.pending(RDMA_CM_EVENT_ADDR_ERROR, -e.0, Param::zeroed()),
-            };
-            Some((k.clone(), p))
-        }
-        RDMA_CM_EVENT_ROUTE_RESOLVED => {
-            let p = match k.with_handle(|u, h, st| k.query_path(u, h, st)) {
-                Ok(()) => core.pending(RDMA_CM_EVENT_ROUTE_RESOLVED, status, Param::zeroed()),
-                Err(e) => core.pending(RDMA_CM_EVENT_ROUTE_ERROR, -e.0, Param::zeroed()),
-            };
-            Some((k.clone(), p))
-        }
+        RDMA_CM_EVENT_ADDR_RESOLVED => Some(
+            match kid::on_handle(slot, |u, h, st| kid::query_addr(k, u, h, st, Gids::IbTransport)) {
+                Ok(()) => plain(k, RDMA_CM_EVENT_ADDR_RESOLVED, status),
+                Err(e) => plain(k, RDMA_CM_EVENT_ADDR_ERROR, -e.0),
+            },
+        ),
+        RDMA_CM_EVENT_ROUTE_RESOLVED => Some(match kid::on_handle(slot, |u, h, st| kid::query_path(k, u, h, st)) {
+            Ok(()) => plain(k, RDMA_CM_EVENT_ROUTE_RESOLVED, status),
+            Err(e) => plain(k, RDMA_CM_EVENT_ROUTE_ERROR, -e.0),
+        }),
         RDMA_CM_EVENT_CONNECT_REQUEST => on_request(u, k, ev),
-        RDMA_CM_EVENT_CONNECT_RESPONSE => on_response(k, ev),
+        RDMA_CM_EVENT_CONNECT_RESPONSE => on_response(k, slot, ev),
         RDMA_CM_EVENT_REJECTED | RDMA_CM_EVENT_DISCONNECTED => {
-            if k.st().connect_error {
+            if slot.st.connect_error {
                 return None; // the failed reply was reported as CONNECT_ERROR already
             }
             if ev.event == RDMA_CM_EVENT_REJECTED {
-                let _ = k.qp_to(IBV_QPS_ERR);
+                let _ = kid::qp_to(k, IBV_QPS_ERR);
             }
-            Some((k.clone(), by_type(core, ev, ev.event, status)))
+            Some(by_type(k, ev, ev.event, status))
         }
-        e => Some((k.clone(), by_type(core, ev, e, status))),
+        e => Some(by_type(k, ev, e, status)),
     }
 }
 
 /// CONNECT_REQUEST: the kernel made a new id (`ev.id`); it becomes a new
 /// core id with the listener's channel, context and port space, reported on
 /// the listener's channel. Its own events start once it is accepted.
-fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
-    let Ok((ch, ctx, ps, qpt)) = l.core.with_public(|p| (p.channel, p.context, p.ps, p.qp_type)) else {
+fn on_request<'a>(u: &Arc<Ucma>, l: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp) -> Routed<'a> {
+    let Ok((ch, ctx, ps, qpt)) = l.with_public(|p| (p.channel, p.context, p.ps, p.qp_type)) else {
         let _ = u.destroy_id(ev.id);
         return None;
     };
@@ -145,16 +154,17 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
         }
     };
     // From here the new id owns the kernel id: destroying it destroys both.
-    let setup = || -> Result<Arc<KId>> {
+    let setup = || -> Result<()> {
         // The new kernel id is on the file the request came from.
-        let c = kid::adopt(&core, ev.id, u.clone());
-        if l.core.is_sync() {
+        kid::adopt(&core, ev.id, u.clone())?;
+        let c = &core;
+        if l.is_sync() {
             IdBox::migrate(ptr, std::ptr::null_mut())?;
         }
         let ud = qpt == IBV_QPT_UD;
-        c.with_handle(|u, h, st| {
-            c.query_addr(u, h, st, Gids::Yes)?;
-            c.query_path(u, h, st)?;
+        kid::with_handle(c, |u, h, st| {
+            kid::query_addr(c, u, h, st, Gids::Yes)?;
+            kid::query_path(c, u, h, st)?;
             if !ud {
                 // SAFETY: plain data; `conn` is what the kernel fills for RC requests.
                 let p = unsafe { &ev.param.conn };
@@ -166,29 +176,29 @@ fn on_request(u: &Arc<Ucma>, l: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
             Ok(())
         })?;
         core.state().remote_ece = ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 };
-        Ok(c)
+        Ok(())
     };
     if setup().is_err() {
         let _ = IdBox::destroy(ptr);
         return None;
     }
-    let mut p = by_type(&l.core, ev, RDMA_CM_EVENT_CONNECT_REQUEST, ev.status as i32);
-    p.id = crate::cm::event::IdPtr(ptr);
-    p.listen_id = l.core.ptr();
-    Some((l.clone(), p))
+    let (mut h, private) = by_type(l, ev, RDMA_CM_EVENT_CONNECT_REQUEST, ev.status as i32);
+    h.id = crate::cm::event::IdPtr(ptr);
+    h.listen_id = l.ptr();
+    Some((h, private))
 }
 
 /// CONNECT_RESPONSE (IB/RoCE active side): with a library-driven QP, move it
 /// to RTR and RTS, send the RTU and report ESTABLISHED; without one, report
 /// the response (the application calls rdma_establish).
-fn on_response(k: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
-    let core = &k.core;
+fn on_response<'a>(k: &Arc<IdCore>, slot: &mut kid::KSlot, ev: &'a rdma_ucm_event_resp) -> Routed<'a> {
+    let core = k;
     core.state().remote_ece = ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 };
     let has_qp = core.with_public(|p| !p.qp.is_null()).unwrap_or(false);
     if !has_qp {
-        return Some((k.clone(), conn_pending(core, ev, RDMA_CM_EVENT_CONNECT_RESPONSE, ev.status as i32)));
+        return Some(conn_head(core, ev, RDMA_CM_EVENT_CONNECT_RESPONSE, ev.status as i32));
     }
-    let r = k.with_handle(|u, h, st| {
+    let r = kid::on_handle(slot, |u, h, st| {
         let local = core.state().local_ece;
         let options = core.with_public(|p| {
             if p.qp.is_null() {
@@ -203,21 +213,21 @@ fn on_response(k: &Arc<KId>, ev: &rdma_ucm_event_resp) -> Routed {
     let p = match r {
         Ok(options) => {
             core.state().local_ece.options = options;
-            conn_pending(core, ev, RDMA_CM_EVENT_ESTABLISHED, 0)
+            conn_head(core, ev, RDMA_CM_EVENT_ESTABLISHED, 0)
         }
         Err(e) => {
-            let _ = k.qp_to(IBV_QPS_ERR);
-            k.st().connect_error = true;
-            core.pending(RDMA_CM_EVENT_CONNECT_ERROR, -e.0, Param::zeroed())
+            let _ = kid::qp_to(k, IBV_QPS_ERR);
+            slot.st.connect_error = true;
+            plain(core, RDMA_CM_EVENT_CONNECT_ERROR, -e.0)
         }
     };
-    Some((k.clone(), p))
+    Some(p)
 }
 
 /// MULTICAST_JOIN/ERROR: the membership's group goes on the id's QP (unless
 /// send-only); the application gets its join context back as private_data.
-fn on_mc_event(k: &Arc<KId>, mc: &Arc<Mc>, ev: &rdma_ucm_event_resp) -> Routed {
-    let core = &k.core;
+fn on_mc_event<'a>(k: &Arc<IdCore>, mc: &Arc<Mc>, ev: &'a rdma_ucm_event_resp) -> Routed<'a> {
+    let core = k;
     let mut event = ev.event;
     let mut status = ev.status as i32;
     if event == RDMA_CM_EVENT_MULTICAST_JOIN && !mc.send_only {
@@ -245,9 +255,8 @@ fn on_mc_event(k: &Arc<KId>, mc: &Arc<Mc>, ev: &rdma_ucm_event_resp) -> Routed {
             Err(_) => return None,
         }
     }
-    let mut p = ud_pending(core, ev, event, status);
-    p.private = Vec::new();
-    p.param.0.ud.private_data = mc.context as *const libc::c_void;
-    p.param.0.ud.private_data_len = 0;
-    Some((k.clone(), p))
+    let (mut h, _) = ud_head(core, ev, event, status);
+    h.param.0.ud.private_data = mc.context as *const libc::c_void;
+    h.param.0.ud.private_data_len = 0;
+    Some((h, &[]))
 }

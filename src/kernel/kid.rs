@@ -1,22 +1,25 @@
-//! The kernel backend's state for one id (`KId`, kept in `IdState::ext`) and
-//! the map from the `uid` cookies the kernel echoes in events back to ids and
-//! multicast memberships. A cookie is a number from a counter, never a
-//! pointer: an event for something already gone finds nothing and is dropped.
+//! The kernel backend's state for one id (`KSt`, in the id's own allocation:
+//! `IdCore::kern`) and the way from the `uid` the kernel echoes in events
+//! back to ids (their address and generation, checked in the handle
+//! registry) and multicast memberships (cookies): an event for something
+//! already gone finds nothing and is dropped.
 //!
-//! Locking: `KId::st` may be taken before an id's core state lock (queries
-//! fill the public struct, QPs are modified under `with_public`), never after
-//! it. Kernel commands on an id run under `st` via `with_handle`, and
-//! destroy takes the handle away under the same lock, so no command can reach
-//! a kernel id number after it was destroyed (the kernel reuses numbers).
+//! Locking: the kernel state lock may be taken before an id's core state
+//! lock (queries fill the public struct, QPs are modified under
+//! `with_public`), never after it. Kernel commands on an id run under it via
+//! `with_handle`, and destroy takes the handle away under the same lock, so
+//! no command can reach a kernel id number after it was destroyed (the
+//! kernel reuses numbers).
 
 use super::abi::*;
 use super::convert;
 use super::dev::{self, Dev};
 use super::ucma::Ucma;
 use crate::cm::registry::{lock, Cookies};
-use crate::cm::{Channel, IdCore, Pending};
+use crate::cm::{Channel, IdBox, IdCore};
 use crate::sys::{Errno, Result};
 use crate::verbs::{ibv_detach_mcast, ibv_modify_qp, verr};
+use rdma_abi::cma::rdma_cm_id;
 use rdma_abi::verbs::*;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,11 +35,23 @@ impl Drop for PathArray {
     }
 }
 
-pub struct KSt {
-    /// The kernel id; None once destroyed.
+/// The kernel backend's part of one id, inside the id's own allocation
+/// (`IdCore::kern`): one allocation per id, as upstream's.
+#[derive(Default)]
+pub struct KSlot {
+    /// The kernel id; None before it is made and once destroyed.
     pub handle: Option<u32>,
     /// The rdma_cm file the kernel id is on (its channel's; MIGRATE_ID moves it).
-    pub file: Arc<Ucma>,
+    pub file: Option<Arc<Ucma>>,
+    /// The rest, which commands on the kernel id may change (`with_handle`).
+    pub st: KSt,
+}
+
+/// The kernel state of an id besides its kernel id and file.
+#[derive(Default)]
+pub struct KSt {
+    /// The `uid` cookie the kernel echoes in this id's events (0: none yet).
+    pub key: u64,
     /// Set by destroy: nothing may be posted for the id after that.
     pub dead: bool,
     pub dev: Option<&'static Dev>,
@@ -49,17 +64,11 @@ pub struct KSt {
     pub mcs: Vec<Arc<Mc>>,
 }
 
-/// Whether `KId::query_addr` also reads the id's GIDs.
+/// Whether `query_addr` also reads the id's GIDs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Gids {
     IbTransport,
     Yes,
-}
-
-pub struct KId {
-    pub core: Arc<IdCore>,
-    pub key: u64,
-    st: Mutex<KSt>,
 }
 
 /// One multicast membership (rdma_join_multicast).
@@ -76,97 +85,121 @@ pub struct Mc {
 
 #[derive(Clone)]
 pub enum Owner {
-    Id(Arc<KId>),
-    Mc(Arc<KId>, Arc<Mc>),
+    Id(Arc<IdCore>),
+    Mc(Arc<IdCore>, Arc<Mc>),
 }
 
-/// Who each `uid` the kernel echoes belongs to.
-static OWNERS: Mutex<Cookies<Owner>> = Mutex::new(Cookies::new());
+/// The top bit of a `uid` says it names a multicast membership (a cookie of
+/// `MCS`); else it is the id's own address with the id's generation above
+/// bit 48, checked against the handle registry, so an event for an id gone
+/// (and its memory reused) finds nothing.
+const MC_BIT: u64 = 1 << 63;
+const ADDR_BITS: u32 = 48;
+
+/// Who each membership `uid` belongs to.
+static MCS: Mutex<Cookies<Owner>> = Mutex::new(Cookies::new());
 
 /// Who an event's `uid` belongs to.
 pub fn lookup(uid: u64) -> Option<Owner> {
-    lock(&OWNERS).get(uid).cloned()
+    if uid & MC_BIT != 0 {
+        return lock(&MCS).get(uid & !MC_BIT).cloned();
+    }
+    let ptr = (uid & ((1 << ADDR_BITS) - 1)) as *const rdma_cm_id;
+    IdBox::lookup_gen(ptr, (uid >> ADDR_BITS) as u16).map(Owner::Id)
 }
 
 fn forget(key: u64) {
-    let gone = lock(&OWNERS).remove(key);
+    let gone = lock(&MCS).remove(key & !MC_BIT);
     // The owner may hold the last reference to its id: dropped outside the lock.
     drop(gone);
 }
 
-fn ext_of(core: &IdCore) -> Option<Arc<KId>> {
-    core.state().ext.as_ref().and_then(|e| e.clone().downcast::<KId>().ok())
-}
-
-/// The id's kernel state, if it has a kernel id.
-pub fn get(core: &Arc<IdCore>) -> Result<Arc<KId>> {
-    ext_of(core).ok_or(Errno::EINVAL)
-}
-
-fn new_kid(core: &Arc<IdCore>, handle: Option<u32>, file: Arc<Ucma>) -> Arc<KId> {
-    let mut owners = lock(&OWNERS);
-    let key = owners.reserve();
-    let k = Arc::new(KId {
-        core: core.clone(),
-        key,
-        st: Mutex::new(KSt {
-            handle,
-            file,
-            dead: false,
-            dev: None,
-            initiator_depth: 0,
-            responder_resources: 0,
-            connect_error: false,
-            path: None,
-            mcs: Vec::new(),
-        }),
-    });
-    owners.fill(key, Owner::Id(k.clone()));
-    k
-}
-
-/// The id's kernel state, creating its kernel id (on its channel's file) if
-/// it has none yet. A channel without a file means no device: ENODEV.
-pub fn get_or_create(core: &Arc<IdCore>) -> Result<Arc<KId>> {
-    // Every call after rdma_create_id finds it: one lock, not two.
-    if let Some(k) = ext_of(core) {
-        return Ok(k);
+/// The `uid` naming `core` (its kernel id's events find it by it). User
+/// addresses on x86-64 Linux lie below 2^47; one that does not cannot be
+/// named this way (never seen; refused rather than misrouted).
+fn own(core: &IdCore) -> Result<u64> {
+    let addr = core.ptr().0 as u64;
+    if addr >> ADDR_BITS != 0 {
+        return Err(Errno::ENOMEM);
     }
-    let (ps, qp_type) = core.with_public(|p| (p.ps, p.qp_type))?;
-    let mut st = core.state();
-    if let Some(k) = st.ext.as_ref().and_then(|e| e.clone().downcast::<KId>().ok()) {
-        return Ok(k);
-    }
-    if !st.alive {
+    Ok(((core.gen() as u64 & 0x7fff) << ADDR_BITS) | addr)
+}
+
+/// The id's kernel state, locked (taken before the id's core state lock).
+pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
+    lock(&core.kern)
+}
+
+/// Makes the id's kernel id on its channel's file, under its state lock.
+/// A channel without a file means no device: ENODEV.
+fn create_locked(core: &Arc<IdCore>, st: &mut KSlot) -> Result<()> {
+    if st.st.dead {
         return Err(Errno::EINVAL);
     }
-    let u = super::source::file_of(&st.channel).ok_or(Errno::ENODEV)?;
-    let k = new_kid(core, None, u.clone());
-    match u.create_id(k.key, ps, qp_type) {
-        Ok(h) => {
-            k.st().handle = Some(h);
-            st.ext = Some(k.clone());
-            Ok(k)
+    let (ps, qp_type, u) = {
+        let cs = core.state();
+        if !cs.alive {
+            return Err(Errno::EINVAL);
         }
-        Err(e) => {
-            forget(k.key);
-            Err(e)
-        }
-    }
+        // SAFETY: read under the state lock, as with_public does.
+        let (ps, qpt) = unsafe { core.public_locked(&cs, |p| (p.ps, p.qp_type)) };
+        (ps, qpt, super::source::file_of(&cs.channel).ok_or(Errno::ENODEV)?)
+    };
+    let key = own(core)?;
+    let h = u.create_id(key, ps, qp_type)?;
+    st.st.key = key;
+    st.handle = Some(h);
+    st.file = Some(u);
+    Ok(())
 }
 
-/// A CONNECT_REQUEST's new kernel id, given to the new core id.
-pub fn adopt(core: &Arc<IdCore>, handle: u32, file: Arc<Ucma>) -> Arc<KId> {
-    let k = new_kid(core, Some(handle), file);
-    core.state().ext = Some(k.clone());
-    k
+/// rdma_create_id: the kernel id at once, as upstream makes it.
+pub fn create(core: &Arc<IdCore>) -> Result<()> {
+    create_locked(core, &mut st(core))
+}
+
+/// Runs `f` with the kernel id and its file while it exists (EINVAL before
+/// it is made and after destroy). Kernel commands on an id run here, under
+/// its state lock: destroy takes the handle away under the same lock, so no
+/// command reaches a kernel id number after it was destroyed (the kernel
+/// reuses numbers).
+pub fn with_handle<R>(core: &IdCore, f: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<R>) -> Result<R> {
+    on_handle(&mut st(core), f)
+}
+
+/// `with_handle` for a caller that holds the kernel state lock.
+pub fn on_handle<R>(slot: &mut KSlot, f: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<R>) -> Result<R> {
+    let KSlot { handle, file, st } = slot;
+    let (Some(h), Some(u)) = (*handle, file.as_deref()) else { return Err(Errno::EINVAL) };
+    f(u, h, st)
+}
+
+/// `with_handle`, making the kernel id first if the id has none yet (an id
+/// made before its channel had a device).
+pub fn with_handle_or_create<R>(core: &Arc<IdCore>, f: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<R>) -> Result<R> {
+    let mut st = st(core);
+    if st.handle.is_none() {
+        create_locked(core, &mut st)?;
+    }
+    on_handle(&mut st, f)
+}
+
+/// A CONNECT_REQUEST's new kernel id, given to the new core id (the
+/// kernel's own uid for it is set by ACCEPT, which names `key`).
+pub fn adopt(core: &Arc<IdCore>, handle: u32, file: Arc<Ucma>) -> Result<()> {
+    let key = own(core)?;
+    let mut st = st(core);
+    st.st.key = key;
+    st.handle = Some(handle);
+    st.file = Some(file);
+    Ok(())
 }
 
 /// A membership made before JOIN_MCAST is written (its events may come at once).
-pub fn add_mc(k: &Arc<KId>, addr: &[u8], context: usize, send_only: bool) -> Arc<Mc> {
+pub fn add_mc(core: &Arc<IdCore>, addr: &[u8], context: usize, send_only: bool) -> Arc<Mc> {
     let mc = {
-        let mut owners = lock(&OWNERS);
-        let key = owners.reserve();
+        let mut owners = lock(&MCS);
+        let key = owners.reserve() | MC_BIT;
         let mc = Arc::new(Mc {
             key,
             handle: AtomicU32::new(u32::MAX),
@@ -175,220 +208,185 @@ pub fn add_mc(k: &Arc<KId>, addr: &[u8], context: usize, send_only: bool) -> Arc
             send_only,
             attached: Mutex::new(None),
         });
-        owners.fill(key, Owner::Mc(k.clone(), mc.clone()));
+        owners.fill(key & !MC_BIT, Owner::Mc(core.clone(), mc.clone()));
         mc
     };
-    k.st().mcs.push(mc.clone());
+    st(core).st.mcs.push(mc.clone());
     mc
 }
 
 /// Takes a membership out of the id (by the address it was joined with).
-pub fn take_mc(k: &KId, addr: &[u8]) -> Option<Arc<Mc>> {
+pub fn take_mc(core: &IdCore, addr: &[u8]) -> Option<Arc<Mc>> {
     let mc = {
-        let mut st = k.st();
-        let i = st.mcs.iter().position(|m| m.addr == addr)?;
-        st.mcs.remove(i)
+        let mut st = st(core);
+        let i = st.st.mcs.iter().position(|m| m.addr == addr)?;
+        st.st.mcs.remove(i)
     };
     forget(mc.key);
     Some(mc)
 }
 
-impl KId {
-    pub fn st(&self) -> MutexGuard<'_, KSt> {
-        lock(&self.st)
+/// rdma_migrate_id: the kernel id (with its unread events) moves to the
+/// file of the channel `to`.
+pub fn migrate(core: &IdCore, to: &Channel) -> Result<()> {
+    let mut st = st(core);
+    let (Some(h), Some(from)) = (st.handle, st.file.clone()) else { return Ok(()) };
+    if super::source::file_of(to).is_some_and(|f| Arc::ptr_eq(&f, &from)) {
+        return Ok(());
     }
+    st.file = Some(super::source::migrate_into(to, h, &from)?);
+    Ok(())
+}
 
-    /// Runs `f` with the kernel id and its file while it exists (EINVAL after destroy).
-    pub fn with_handle<R>(&self, f: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<R>) -> Result<R> {
-        let mut st = self.st();
-        let h = st.handle.ok_or(Errno::EINVAL)?;
-        let u = st.file.clone();
-        f(&u, h, &mut st)
-    }
-
-    /// Hands over an event read from a kernel file by a reader of `ch`:
-    /// Ok(Some) when the id is on `ch` (the reader returns it), Ok(None) when
-    /// it was queued on the id's own channel, Err when the id is being
-    /// destroyed (checked under the lock destroy takes, so nothing slips in
-    /// after it).
-    pub fn route(&self, p: Pending, ch: &Arc<Channel>) -> std::result::Result<Option<Pending>, Pending> {
-        let st = self.st();
-        if st.dead {
-            return Err(p);
+/// QUERY(ADDR): the id's addresses; attaches it to its device the first
+/// time the kernel names one. QUERY(GID) then gives sgid/dgid where
+/// upstream asks for them (`gids`): an ADDR_RESOLVED asks on IB-transport
+/// devices only (an iWARP id's stay zero), bind, listen and a
+/// CONNECT_REQUEST's new id always (`dev_attrs` compares them).
+pub fn query_addr(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> Result<()> {
+    let r = u.query_addr(h, QUERY_ADDR)?;
+    let dev = if st.dev.is_none() && r.node_guid != 0 { Some(dev::find(r.node_guid, r.ibdev_index)?) } else { None };
+    let ask = match gids {
+        Gids::IbTransport => dev.or(st.dev).is_some_and(|d| d.is_ib_transport()),
+        Gids::Yes => true,
+    };
+    let g = if ask { u.query_addr(h, QUERY_GID).ok() } else { None };
+    core.with_public(|p| {
+        let copy = |dst: &mut libc::sockaddr_storage, src: &kernel_sockaddr_storage, n: u16| {
+            let n = (n as usize).min(128);
+            if n > 0 {
+                // SAFETY: sockaddr_storage is 128 plain bytes; n ≤ 128.
+                let d = unsafe { std::slice::from_raw_parts_mut(dst as *mut _ as *mut u8, 128) };
+                d[..n].copy_from_slice(&src.0[..n]);
+            }
+        };
+        // SAFETY: the storage members of the address unions (plain bytes).
+        unsafe {
+            copy(&mut p.route.addr.src.storage, &r.src_addr, r.src_size);
+            copy(&mut p.route.addr.dst.storage, &r.dst_addr, r.dst_size);
         }
-        // Handed out under `st`: teardown takes it too, so destroy waits for it.
-        let r = self.core.take_or_post(p, ch).map(Pending::handed_out);
-        drop(st);
-        Ok(r)
+        if let Some(d) = dev {
+            p.verbs = d.ctx();
+            if p.pd.is_null() {
+                p.pd = d.pd();
+            }
+            p.port_num = r.port_num;
+            p.route.addr.addr.ibaddr.pkey = r.pkey;
+        }
+        if let Some(g) = g {
+            // sockaddr_ib: the GID sits at offset 8.
+            if g.src_size as usize >= 24 {
+                p.route.addr.addr.ibaddr.sgid.raw = gid_at(&g.src_addr);
+            }
+            if g.dst_size as usize >= 24 {
+                p.route.addr.addr.ibaddr.dgid.raw = gid_at(&g.dst_addr);
+            }
+        }
+    })?;
+    if dev.is_some() {
+        st.dev = dev;
     }
+    Ok(())
+}
 
-    /// rdma_migrate_id: the kernel id (with its unread events) moves to the
-    /// file of the channel `to`.
-    pub fn migrate(&self, to: &Channel) -> Result<()> {
-        let mut st = self.st();
-        let Some(h) = st.handle else { return Ok(()) };
-        if super::source::file_of(to).is_some_and(|f| Arc::ptr_eq(&f, &st.file)) {
+/// QUERY(PATH) → `route.path_rec` (IB transport: IB and RoCE; iWARP has none).
+pub fn query_path(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
+    if !st.dev.map(|d| d.is_ib_transport()).unwrap_or(false) {
+        return Ok(());
+    }
+    let paths = u.query_path(h)?;
+    let arr = if paths.is_empty() {
+        None
+    } else {
+        // SAFETY: calloc of n records, checked below; filled before use.
+        let a = unsafe { libc::calloc(paths.len(), std::mem::size_of::<ibv_sa_path_rec>()) } as *mut ibv_sa_path_rec;
+        if a.is_null() {
+            return Err(Errno::ENOMEM);
+        }
+        for (i, d) in paths.iter().enumerate() {
+            // SAFETY: a has room for paths.len() records.
+            unsafe { a.add(i).write(convert::sa_path_rec(d)) };
+        }
+        Some(PathArray(a))
+    };
+    let (ptr, n) = arr.as_ref().map_or((std::ptr::null_mut(), 0), |a| (a.0, paths.len() as i32));
+    core.with_public(|p| {
+        p.route.path_rec = ptr;
+        p.route.num_paths = n;
+    })?;
+    st.path = arr; // the previous array (if any) is freed here
+    Ok(())
+}
+
+/// INIT_QP_ATTR(state), adjusted by `tweak`, applied to the id's QP (the
+/// QP is used under the id's lock, so rdma_destroy_qp cannot free it meanwhile).
+pub fn modify_qp(core: &IdCore, u: &Ucma, h: u32, state: u32, tweak: impl FnOnce(&mut ibv_qp_attr, &mut i32)) -> Result<()> {
+    let k = u.init_qp_attr(h, state)?;
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut mask = convert::qp_attr(&k, &mut a);
+    tweak(&mut a, &mut mask);
+    core.with_public(|p| {
+        if p.qp.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: the id's live QP (guarded by the id's lock) and a filled attribute block.
+        verr(unsafe { ibv_modify_qp(p.qp, &mut a, mask) })
+    })?
+}
+
+/// Moves the id's QP (if any) to `state` alone (ERR flushes, SQD drains).
+pub fn qp_to(core: &IdCore, state: u32) -> Result<()> {
+    core.with_public(|p| {
+        if p.qp.is_null() {
             return Ok(());
         }
-        st.file = super::source::migrate_into(to, h, &st.file)?;
-        Ok(())
-    }
-
-    /// QUERY(ADDR): the id's addresses; attaches it to its device the first
-    /// time the kernel names one. QUERY(GID) then gives sgid/dgid where
-    /// upstream asks for them (`gids`): an ADDR_RESOLVED asks on IB-transport
-    /// devices only (an iWARP id's stay zero), bind, listen and a
-    /// CONNECT_REQUEST's new id always (`dev_attrs` compares them).
-    pub fn query_addr(&self, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> Result<()> {
-        let r = u.query_addr(h, QUERY_ADDR)?;
-        let dev = if st.dev.is_none() && r.node_guid != 0 { Some(dev::find(r.node_guid, r.ibdev_index)?) } else { None };
-        let ask = match gids {
-            Gids::IbTransport => dev.or(st.dev).is_some_and(|d| d.is_ib_transport()),
-            Gids::Yes => true,
-        };
-        let g = if ask { u.query_addr(h, QUERY_GID).ok() } else { None };
-        self.core.with_public(|p| {
-            let copy = |dst: &mut libc::sockaddr_storage, src: &kernel_sockaddr_storage, n: u16| {
-                let n = (n as usize).min(128);
-                if n > 0 {
-                    // SAFETY: sockaddr_storage is 128 plain bytes; n ≤ 128.
-                    let d = unsafe { std::slice::from_raw_parts_mut(dst as *mut _ as *mut u8, 128) };
-                    d[..n].copy_from_slice(&src.0[..n]);
-                }
-            };
-            // SAFETY: the storage members of the address unions (plain bytes).
-            unsafe {
-                copy(&mut p.route.addr.src.storage, &r.src_addr, r.src_size);
-                copy(&mut p.route.addr.dst.storage, &r.dst_addr, r.dst_size);
-            }
-            if let Some(d) = dev {
-                p.verbs = d.ctx();
-                if p.pd.is_null() {
-                    p.pd = d.pd();
-                }
-                p.port_num = r.port_num;
-                p.route.addr.addr.ibaddr.pkey = r.pkey;
-            }
-            if let Some(g) = g {
-                // sockaddr_ib: the GID sits at offset 8.
-                if g.src_size as usize >= 24 {
-                    p.route.addr.addr.ibaddr.sgid.raw = gid_at(&g.src_addr);
-                }
-                if g.dst_size as usize >= 24 {
-                    p.route.addr.addr.ibaddr.dgid.raw = gid_at(&g.dst_addr);
-                }
-            }
-        })?;
-        if dev.is_some() {
-            st.dev = dev;
-        }
-        Ok(())
-    }
-
-    /// QUERY(PATH) → `route.path_rec` (IB transport: IB and RoCE; iWARP has none).
-    pub fn query_path(&self, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
-        if !st.dev.map(|d| d.is_ib_transport()).unwrap_or(false) {
-            return Ok(());
-        }
-        let paths = u.query_path(h)?;
-        let arr = if paths.is_empty() {
-            None
-        } else {
-            // SAFETY: calloc of n records, checked below; filled before use.
-            let a = unsafe { libc::calloc(paths.len(), std::mem::size_of::<ibv_sa_path_rec>()) } as *mut ibv_sa_path_rec;
-            if a.is_null() {
-                return Err(Errno::ENOMEM);
-            }
-            for (i, d) in paths.iter().enumerate() {
-                // SAFETY: a has room for paths.len() records.
-                unsafe { a.add(i).write(convert::sa_path_rec(d)) };
-            }
-            Some(PathArray(a))
-        };
-        let (ptr, n) = arr.as_ref().map_or((std::ptr::null_mut(), 0), |a| (a.0, paths.len() as i32));
-        self.core.with_public(|p| {
-            p.route.path_rec = ptr;
-            p.route.num_paths = n;
-        })?;
-        st.path = arr; // the previous array (if any) is freed here
-        Ok(())
-    }
-
-    /// INIT_QP_ATTR(state), adjusted by `tweak`, applied to the id's QP (the
-    /// QP is used under the id's lock, so rdma_destroy_qp cannot free it meanwhile).
-    pub fn modify_qp(
-        &self,
-        u: &Ucma,
-        h: u32,
-        state: u32,
-        tweak: impl FnOnce(&mut ibv_qp_attr, &mut i32),
-    ) -> Result<()> {
-        let k = u.init_qp_attr(h, state)?;
         // SAFETY: all-zero is a valid ibv_qp_attr.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        let mut mask = convert::qp_attr(&k, &mut a);
-        tweak(&mut a, &mut mask);
-        self.core.with_public(|p| {
-            if p.qp.is_null() {
-                return Err(Errno::EINVAL);
+        a.qp_state = state;
+        // SAFETY: the id's live QP (guarded by the id's lock).
+        verr(unsafe { ibv_modify_qp(p.qp, &mut a, IBV_QP_STATE as i32) })
+    })
+    .unwrap_or(Ok(()))
+}
+
+/// Detaches a membership's group from the QP, if it was attached.
+pub fn detach(core: &IdCore, mc: &Mc) {
+    if let Some((gid, lid)) = lock(&mc.attached).take() {
+        let _ = core.with_public(|p| {
+            if !p.qp.is_null() {
+                let g = ibv_gid { raw: gid };
+                // SAFETY: the id's live QP (guarded by the id's lock), a valid gid.
+                unsafe { ibv_detach_mcast(p.qp, &g, lid) };
             }
-            // SAFETY: the id's live QP (guarded by the id's lock) and a filled attribute block.
-            verr(unsafe { ibv_modify_qp(p.qp, &mut a, mask) })
-        })?
+        });
     }
+}
 
-    /// Moves the id's QP (if any) to `state` alone (ERR flushes, SQD drains).
-    pub fn qp_to(&self, state: u32) -> Result<()> {
-        self.core
-            .with_public(|p| {
-                if p.qp.is_null() {
-                    return Ok(());
-                }
-                // SAFETY: all-zero is a valid ibv_qp_attr.
-                let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-                a.qp_state = state;
-                // SAFETY: the id's live QP (guarded by the id's lock).
-                verr(unsafe { ibv_modify_qp(p.qp, &mut a, IBV_QP_STATE as i32) })
-            })
-            .unwrap_or(Ok(()))
+/// rdma_destroy_id: no event is posted after this, the kernel id and
+/// memberships are destroyed (the kernel drops their unread events), the
+/// path records freed.
+pub fn teardown(core: &IdCore) {
+    let (handle, mcs, path, u) = {
+        let mut slot = st(core);
+        let KSlot { handle, file, st } = &mut *slot;
+        st.dead = true;
+        (handle.take(), std::mem::take(&mut st.mcs), st.path.take(), file.take())
+    };
+    for mc in &mcs {
+        forget(mc.key);
+        detach(core, mc);
     }
-
-    /// Detaches a membership's group from the QP, if it was attached.
-    pub fn detach(&self, mc: &Mc) {
-        if let Some((gid, lid)) = lock(&mc.attached).take() {
-            let _ = self.core.with_public(|p| {
-                if !p.qp.is_null() {
-                    let g = ibv_gid { raw: gid };
-                    // SAFETY: the id's live QP (guarded by the id's lock), a valid gid.
-                    unsafe { ibv_detach_mcast(p.qp, &g, lid) };
-                }
-            });
-        }
+    if let (Some(h), Some(u)) = (handle, u) {
+        let _ = u.destroy_id(h);
     }
-
-    /// rdma_destroy_id: no event is posted after this, the kernel id and
-    /// memberships are destroyed (the kernel drops their unread events), the
-    /// path records freed.
-    pub fn teardown(&self) {
-        let (handle, mcs, path, u) = {
-            let mut st = self.st();
-            st.dead = true;
-            (st.handle.take(), std::mem::take(&mut st.mcs), st.path.take(), st.file.clone())
-        };
-        forget(self.key);
-        for mc in &mcs {
-            forget(mc.key);
-            self.detach(mc);
-        }
-        if let Some(h) = handle {
-            let _ = u.destroy_id(h);
-        }
-        let _ = self.core.with_public(|p| {
+    if path.is_some() {
+        let _ = core.with_public(|p| {
             p.route.path_rec = std::ptr::null_mut();
             p.route.num_paths = 0;
         });
-        drop(path);
     }
+    drop(path);
 }
 
 /// The GID of a `sockaddr_ib` (at offset 8).

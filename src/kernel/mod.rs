@@ -34,7 +34,7 @@ use crate::cm::options::Opt;
 use crate::cm::IdCore;
 use crate::sys::{Errno, Result};
 use abi::*;
-use kid::{Gids, KSt, KId};
+use kid::{Gids, KSt};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,26 +75,20 @@ pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
 /// failure fails the call. A channel without an rdma_cm file (no device)
 /// leaves ENODEV to the first device call.
 pub fn created(id: &Arc<IdCore>) -> Result<()> {
-    match kid::get_or_create(id) {
+    match kid::create(id) {
         Err(Errno::ENODEV) => Ok(()),
-        r => r.map(|_| ()),
+        r => r,
     }
 }
 
 /// rdma_destroy_id: the id's kernel side goes (if it has one).
 pub fn destroy(id: &Arc<IdCore>) {
-    let ext = id.state().ext.take();
-    if let Some(Ok(k)) = ext.map(|e| e.downcast::<KId>()) {
-        k.teardown();
-    }
+    kid::teardown(id);
 }
 
 /// rdma_migrate_id: an id with a kernel id takes it to the new channel's file.
 pub fn migrate(id: &Arc<IdCore>, to: &crate::cm::Channel) -> Result<()> {
-    match kid::get(id) {
-        Ok(k) => k.migrate(to),
-        Err(_) => Ok(()),
-    }
+    kid::migrate(id, to)
 }
 
 pub struct Kernel;
@@ -109,13 +103,13 @@ pub fn backend() -> Result<&'static dyn Backend> {
 
 /// RTR and RTS for a connected id's QP (after re-applying INIT, as the kernel
 /// may have new values), with the depths this side agreed to.
-pub(crate) fn to_rts(u: &Ucma, k: &KId, h: u32, st: &mut KSt) -> Result<()> {
+pub(crate) fn to_rts(u: &Ucma, k: &IdCore, h: u32, st: &mut KSt) -> Result<()> {
     let resp = st.responder_resources;
     let init = st.initiator_depth;
-    let port = k.core.with_public(|p| p.port_num)?;
+    let port = k.with_public(|p| p.port_num)?;
     let ib_link = st.dev.map(|d| d.link_layer(port) == IBV_LINK_LAYER_INFINIBAND).unwrap_or(false);
-    k.modify_qp(u, h, IBV_QPS_INIT, |_, _| {})?;
-    k.modify_qp(u, h, IBV_QPS_RTR, |a, m| {
+    kid::modify_qp(k, u, h, IBV_QPS_INIT, |_, _| {})?;
+    kid::modify_qp(k, u, h, IBV_QPS_RTR, |a, m| {
         if ib_link {
             // Bits 21-23 (RoCE-only attributes) confuse IB providers on old kernels.
             *m &= !0xE0_0000;
@@ -124,7 +118,7 @@ pub(crate) fn to_rts(u: &Ucma, k: &KId, h: u32, st: &mut KSt) -> Result<()> {
             a.max_dest_rd_atomic = resp;
         }
     })?;
-    k.modify_qp(u, h, IBV_QPS_RTS, |a, _| {
+    kid::modify_qp(k, u, h, IBV_QPS_RTS, |a, _| {
         if init != RDMA_MAX_INIT_DEPTH {
             a.max_rd_atomic = init;
         }
@@ -194,16 +188,14 @@ impl Backend for Kernel {
     }
 
     fn bind(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
-        let k = kid::get_or_create(id)?;
-        k.with_handle(|u, h, st| {
+        kid::with_handle_or_create(id, |u, h, st| {
             u.bind(h, addr)?;
-            k.query_addr(u, h, st, Gids::Yes)
+            kid::query_addr(id, u, h, st, Gids::Yes)
         })
     }
 
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
-        let k = kid::get_or_create(id)?;
-        k.with_handle(|u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
+        kid::with_handle_or_create(id, |u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
         id.with_public(|p| {
             // SAFETY: the storage member of the address union (plain bytes); dst ≤ 128 bytes.
             let d = unsafe { std::slice::from_raw_parts_mut(std::ptr::addr_of_mut!(p.route.addr.dst.storage) as *mut u8, 128) };
@@ -217,8 +209,7 @@ impl Backend for Kernel {
     }
 
     fn resolve_route(&self, id: &Arc<IdCore>, timeout_ms: i32) -> Result<()> {
-        let k = kid::get_or_create(id)?;
-        k.with_handle(|u, h, _| u.resolve_route(h, timeout_ms as u32))?;
+        kid::with_handle_or_create(id, |u, h, _| u.resolve_route(h, timeout_ms as u32))?;
         if id.is_sync() {
             id.complete()?;
         }
@@ -226,18 +217,16 @@ impl Backend for Kernel {
     }
 
     fn listen(&self, id: &Arc<IdCore>, backlog: i32) -> Result<()> {
-        let k = kid::get_or_create(id)?;
-        k.with_handle(|u, h, st| {
+        kid::with_handle_or_create(id, |u, h, st| {
             u.listen(h, backlog)?;
-            k.query_addr(u, h, st, Gids::Yes)
+            kid::query_addr(id, u, h, st, Gids::Yes)
         })
     }
 
     fn connect(&self, id: &Arc<IdCore>, p: ConnParam) -> Result<()> {
-        let k = kid::get_or_create(id)?;
         let ps = id.with_public(|p| p.ps)?;
         let ece = kid::req_ece(id);
-        k.with_handle(|u, h, st| {
+        kid::with_handle_or_create(id, |u, h, st| {
             let d = st.dev.ok_or(Errno::EINVAL)?;
             check_depths(ps, st, &p)?;
             st.initiator_depth = if p.initiator_depth != RDMA_MAX_INIT_DEPTH { p.initiator_depth } else { d.max_initiator_depth };
@@ -255,7 +244,6 @@ impl Backend for Kernel {
     }
 
     fn accept(&self, id: &Arc<IdCore>, p: Option<ConnParam>) -> Result<()> {
-        let k = kid::get(id)?;
         let ps = id.with_public(|p| p.ps)?;
         let ud = kid::is_ud(id);
         let qp = qp_ids(id)?;
@@ -263,7 +251,7 @@ impl Backend for Kernel {
             return Err(Errno::EINVAL);
         }
         let ece = kid::rep_ece(id);
-        k.with_handle(|u, h, st| {
+        kid::with_handle(id, |u, h, st| {
             if let Some(p) = &p {
                 check_depths(ps, st, p)?;
                 if p.initiator_depth != RDMA_MAX_INIT_DEPTH {
@@ -274,12 +262,12 @@ impl Backend for Kernel {
                 }
             }
             if qp.is_some() && !ud {
-                to_rts(u, &k, h, st)?;
+                to_rts(u, id, h, st)?;
             }
             let (qpn, srq) = qp.unwrap_or_else(|| p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq != 0)));
             let c = kernel_conn(qpn, srq, st, p.as_ref())?;
-            u.accept(h, k.key, &c, ece).inspect_err(|_| {
-                let _ = k.qp_to(IBV_QPS_ERR);
+            u.accept(h, st.key, &c, ece).inspect_err(|_| {
+                let _ = kid::qp_to(id, IBV_QPS_ERR);
             })
         })?;
         if ud {
@@ -297,23 +285,22 @@ impl Backend for Kernel {
 
     fn reject(&self, id: &Arc<IdCore>, data: &[u8], vendor_reason: bool) -> Result<()> {
         let reason = if vendor_reason { REJ_VENDOR_OPTION_NOT_SUPPORTED } else { 0 };
-        kid::get(id)?.with_handle(|u, h, _| u.reject(h, reason, data))
+        kid::with_handle(id, |u, h, _| u.reject(h, reason, data))
     }
 
     fn establish(&self, id: &Arc<IdCore>) -> Result<()> {
-        kid::get(id)?.with_handle(|u, h, _| u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default()))
+        kid::with_handle(id, |u, h, _| u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default()))
     }
 
     fn notify(&self, id: &Arc<IdCore>, event: u32) -> Result<()> {
-        kid::get(id)?.with_handle(|u, h, _| u.notify(h, event))
+        kid::with_handle(id, |u, h, _| u.notify(h, event))
     }
 
     fn disconnect(&self, id: &Arc<IdCore>) -> Result<()> {
-        let k = kid::get(id)?;
-        k.with_handle(|u, h, st| {
+        kid::with_handle(id, |u, h, st| {
             // Outstanding work flushes (IB/RoCE) or drains (iWARP) first.
             let d = st.dev.ok_or(Errno::EINVAL)?;
-            k.qp_to(if d.is_iwarp() { IBV_QPS_SQD } else { IBV_QPS_ERR })?;
+            kid::qp_to(id, if d.is_iwarp() { IBV_QPS_SQD } else { IBV_QPS_ERR })?;
             u.disconnect(h)
         })?;
         if id.is_sync() {
@@ -323,7 +310,9 @@ impl Backend for Kernel {
     }
 
     fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
-        let k = kid::get(id)?;
+        if kid::st(id).handle.is_none() {
+            return Err(Errno::EINVAL);
+        }
         if kid::is_ud(id) {
             // UD QPs go straight to RTS: the kernel's answer is for INIT only.
             match attr.qp_state {
@@ -339,18 +328,18 @@ impl Backend for Kernel {
                 _ => {}
             }
         }
-        let ka = k.with_handle(|u, h, _| u.init_qp_attr(h, attr.qp_state))?;
+        let ka = kid::with_handle(id, |u, h, _| u.init_qp_attr(h, attr.qp_state))?;
         *mask = convert::qp_attr(&ka, attr);
         Ok(())
     }
 
     fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
-        let k = kid::get_or_create(id)?;
-        let mc = kid::add_mc(&k, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
-        match k.with_handle(|u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
+        kid::with_handle_or_create(id, |_, _, _| Ok(()))?;
+        let mc = kid::add_mc(id, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
+        match kid::with_handle(id, |u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
             Ok(handle) => mc.handle.store(handle, std::sync::atomic::Ordering::Relaxed),
             Err(e) => {
-                kid::take_mc(&k, addr);
+                kid::take_mc(id, addr);
                 return Err(e);
             }
         }
@@ -361,20 +350,18 @@ impl Backend for Kernel {
     }
 
     fn leave_multicast(&self, id: &Arc<IdCore>, addr: &[u8]) -> Result<()> {
-        let k = kid::get(id).map_err(|_| Errno(libc::EADDRNOTAVAIL))?;
-        let mc = kid::take_mc(&k, addr).ok_or(Errno(libc::EADDRNOTAVAIL))?;
-        k.detach(&mc);
+        let mc = kid::take_mc(id, addr).ok_or(Errno(libc::EADDRNOTAVAIL))?;
+        kid::detach(id, &mc);
         id.drop_queued_mc(mc.context);
         let handle = mc.handle.load(std::sync::atomic::Ordering::Relaxed);
         if handle != u32::MAX {
             // Written on the id's file, which owns the membership.
-            k.with_handle(|u, _, _| u.leave_mcast(handle))?;
+            kid::with_handle(id, |u, _, _| u.leave_mcast(handle))?;
         }
         Ok(())
     }
 
     fn set_option(&self, id: &Arc<IdCore>, opt: &Opt) -> Result<()> {
-        let k = kid::get_or_create(id)?;
         let (level, name, val): (i32, i32, Vec<u8>) = match opt {
             Opt::Tos(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, vec![*v]),
             Opt::ReuseAddr(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, (*v as i32).to_ne_bytes().to_vec()),
@@ -382,7 +369,7 @@ impl Backend for Kernel {
             Opt::AckTimeout(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, vec![*v]),
             Opt::IbPath(v) => (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, v.clone()),
         };
-        k.with_handle(|u, h, _| u.set_option(h, level as u32, name as u32, &val))?;
+        kid::with_handle_or_create(id, |u, h, _| u.set_option(h, level as u32, name as u32, &val))?;
         // The kernel itself reports ROUTE_RESOLVED for a path given this way.
         if matches!(opt, Opt::IbPath(_)) && id.is_sync() {
             id.complete()?;

@@ -7,7 +7,7 @@
 use super::events;
 use super::ucma::Ucma;
 use crate::cm::channel::{Source, Take};
-use crate::cm::Channel;
+use crate::cm::{Channel, Slot};
 use crate::sys::{Epoll, Errno, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -37,9 +37,9 @@ impl Source for KernelSource {
         &self.epoll
     }
 
-    fn take(&self, ch: &Arc<Channel>) -> Result<Take> {
+    fn take(&self, ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Result<Take> {
         match self.file.get_event() {
-            Ok(ev) => Ok(events::dispatch(&self.file, &ev, ch)),
+            Ok(ev) => Ok(events::dispatch(&self.file, &ev, ch, slot)),
             // The file is non-blocking: GET_EVENT never sleeps (nor sees EINTR).
             Err(Errno::EAGAIN) => Ok(Take::Empty),
             Err(e) => Err(e),
