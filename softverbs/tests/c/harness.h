@@ -165,10 +165,11 @@ static double now_s(void)
 }
 
 /* Polls until `n` completions arrived (or 5 s). Returns how many. */
-static int poll_n(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+/* Up to n completions within `secs` seconds. */
+static int poll_n_for(struct ibv_cq *cq, struct ibv_wc *wc, int n, double secs)
 {
 	int got = 0;
-	double end = now_s() + 5;
+	double end = now_s() + secs;
 	while (got < n && now_s() < end) {
 		int r = ibv_poll_cq(cq, n - got, wc + got);
 		if (r < 0) return r;
@@ -176,6 +177,11 @@ static int poll_n(struct ibv_cq *cq, struct ibv_wc *wc, int n)
 		if (!r) usleep(200);
 	}
 	return got;
+}
+
+static int poll_n(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+{
+	return poll_n_for(cq, wc, n, 5);
 }
 
 static int post_recv(struct ep *e, uint64_t id, size_t off, uint32_t len)
