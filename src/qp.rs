@@ -12,10 +12,23 @@ use rdma_abi::cma::rdma_cm_id;
 use rdma_abi::verbs::*;
 use std::sync::Arc;
 
-/// CQs and channels the library made for an id (destroyed with its QP).
-#[derive(Default)]
+/// CQs and channels (cq, channel) the library made for an id's QP, send and
+/// receive (destroyed with it); no allocation of their own.
+#[derive(Default, Clone, Copy)]
 pub struct LibCqs {
-    pub list: Vec<(usize, usize)>,
+    pub list: [Option<(usize, usize)>; 2],
+}
+
+impl LibCqs {
+    fn destroy(self) {
+        for (cq, ch) in self.list.into_iter().flatten() {
+            // SAFETY: CQs and channels made by `make_cq`, destroyed once.
+            unsafe {
+                ibv_destroy_cq(cq as *mut ibv_cq);
+                ibv_destroy_comp_channel(ch as *mut ibv_comp_channel);
+            }
+        }
+    }
 }
 
 fn make_cq(verbs: *mut ibv_context, id: *mut rdma_cm_id, depth: u32) -> Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
@@ -33,16 +46,6 @@ fn make_cq(verbs: *mut ibv_context, id: *mut rdma_cm_id, depth: u32) -> Result<(
         return Err(e);
     }
     Ok((ch, cq))
-}
-
-fn destroy_cqs(list: &[(usize, usize)]) {
-    for &(cq, ch) in list {
-        // SAFETY: CQs and channels made by `make_cq`, destroyed once.
-        unsafe {
-            ibv_destroy_cq(cq as *mut ibv_cq);
-            ibv_destroy_comp_channel(ch as *mut ibv_comp_channel);
-        }
-    }
 }
 
 /// Moves `qp` to `state` with the attributes the backend gives for this id.
@@ -135,23 +138,23 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
         // Upstream opens an XRC domain of its own here; this library does not.
         return Err(Errno(libc::EOPNOTSUPP));
     }
-    let mut made = Vec::new();
+    let mut made = LibCqs::default();
     let mut chans = (std::ptr::null_mut(), std::ptr::null_mut());
     if ax.send_cq.is_null() {
         let (ch, cq) = make_cq(verbs, id, ax.cap.max_send_wr)?;
-        made.push((cq as usize, ch as usize));
+        made.list[0] = Some((cq as usize, ch as usize));
         ax.send_cq = cq;
         chans.0 = ch;
     }
     if ax.recv_cq.is_null() {
         match make_cq(verbs, id, ax.cap.max_recv_wr) {
             Ok((ch, cq)) => {
-                made.push((cq as usize, ch as usize));
+                made.list[1] = Some((cq as usize, ch as usize));
                 ax.recv_cq = cq;
                 chans.1 = ch;
             }
             Err(e) => {
-                destroy_cqs(&made);
+                made.destroy();
                 return Err(e);
             }
         }
@@ -175,7 +178,7 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
     };
     if qp.is_null() {
         let e = Errno::last();
-        destroy_cqs(&made);
+        made.destroy();
         return Err(e);
     }
     let ud = ax.qp_type == IBV_QPT_UD;
@@ -186,11 +189,11 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
     if let Err(e) = r {
         // SAFETY: the QP we just made.
         unsafe { ibv_destroy_qp(qp) };
-        destroy_cqs(&made);
+        made.destroy();
         return Err(e);
     }
     let (send_cq, recv_cq) = (ax.send_cq, ax.recv_cq);
-    core.with_public(|p| {
+    core.with_state_public(|st, p| {
         p.qp = qp;
         // SAFETY: the QP we just made.
         p.pd = unsafe { (*qp).pd };
@@ -208,33 +211,31 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
         if p.recv_cq.is_null() {
             p.recv_cq = recv_cq;
         }
-    })?;
-    core.state().lib_cqs.list.extend(made);
-    Ok(())
+        st.lib_cqs = made;
+    })
 }
 
-/// rdma_destroy_qp: the QP, then the CQs the library made for it.
+/// rdma_destroy_qp: the QP, then the CQs the library made for it. The id's
+/// QP and CQ fields go in one hold of its lock: the CQ fields name the QP's
+/// CQs (the library's or the application's), none once it is gone, as
+/// upstream's are NULL then.
 pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
     let core = IdBox::lookup(id)?;
-    {
-        // Not while a backend thread modifies it (IdCore::lock_qp).
-        let _qp = core.lock_qp();
-        let qp = core.with_public(|p| std::mem::replace(&mut p.qp, std::ptr::null_mut()))?;
-        if !qp.is_null() {
-            // SAFETY: a QP the id held; detached above so destroyed once.
-            unsafe { ibv_destroy_qp(qp) };
-        }
-    }
-    let made = std::mem::take(&mut core.state().lib_cqs.list);
-    // The CQ fields name the QP's CQs (the library's or the application's):
-    // none once it is gone, as upstream's are NULL then.
-    core.with_public(|p| {
+    // Not while a backend thread modifies it (IdCore::lock_qp).
+    let qp_guard = core.lock_qp();
+    let (qp, made) = core.with_state_public(|st, p| {
         p.send_cq = std::ptr::null_mut();
         p.recv_cq = std::ptr::null_mut();
         p.send_cq_channel = std::ptr::null_mut();
         p.recv_cq_channel = std::ptr::null_mut();
+        (std::mem::replace(&mut p.qp, std::ptr::null_mut()), std::mem::take(&mut st.lib_cqs))
     })?;
-    destroy_cqs(&made);
+    if !qp.is_null() {
+        // SAFETY: a QP the id held; detached above so destroyed once.
+        unsafe { ibv_destroy_qp(qp) };
+    }
+    drop(qp_guard);
+    made.destroy();
     Ok(())
 }
 

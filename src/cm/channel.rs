@@ -1,17 +1,20 @@
 //! Event channels: a FIFO of pending events and an fd that `poll()` reports
 //! readable while the FIFO is not empty. A channel may also have a `Source`
-//! (the kernel CM's rdma_cm file): then `pop` reads the source itself in the
-//! caller's thread, as upstream's rdma_get_cm_event does, and the fd the
-//! application sees reports both.
+//! (the kernel CM's rdma_cm file): then the fd the application sees is the
+//! source's own, as upstream's is, `next` reads the source in the caller's
+//! thread (blocking in it unless the application made the fd non-blocking),
+//! and each event the library queues itself rings the source's doorbell, an
+//! event of the source's own that makes the fd readable and wakes a reader,
+//! until the queued event is taken.
 
 use super::event::{EventBox, Pending, Slot};
 use super::registry::{self, lock, Kind};
-use crate::sys::{Epoll, Errno, Flag, Result};
+use crate::sys::{Errno, Flag, Result};
 use rdma_abi::cma::{rdma_cm_event, rdma_event_channel};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What reading a channel's source gave.
 pub enum Take {
@@ -19,32 +22,36 @@ pub enum Take {
     Here(Pending),
     /// An event for the channel being read, delivered into the reader's slot.
     Delivered(*mut rdma_cm_event),
+    /// A doorbell (`Source::ring`) rang: the queued event it stands for, if
+    /// nobody took it yet.
+    Bell(u64),
     /// Something that went elsewhere (another channel's queue, or dropped): read again.
     Again,
-    /// Nothing queued.
+    /// Nothing queued (the fd is non-blocking).
     Empty,
 }
 
 /// Events that come from outside the library's queues.
 pub trait Source: Send + Sync {
-    /// The fd the application is given: an epoll set of the source, and of the
-    /// queue flag once `watch` added it, so it is readable while either has an
-    /// event.
-    fn public(&self) -> &Epoll;
-    /// One event, without blocking. A `Here` or `Delivered` event is handed
+    /// The fd the application is given (the source's own).
+    fn public_fd(&self) -> i32;
+    /// One event; blocks while there is none unless the public fd is
+    /// non-blocking (then `Empty`). A `Here` or `Delivered` event is handed
     /// out already (`Pending::handed_out`, under the lock that stops its
     /// id's events); `Delivered` filled `slot` (or an allocation of its own
     /// when `slot` is None).
     fn take(&self, ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Result<Take>;
     fn as_any(&self) -> &dyn Any;
-
-    fn public_fd(&self) -> i32 {
-        self.public().raw()
-    }
-    /// From now on the public fd also reports `flag` (the channel's queue).
-    fn watch(&self, flag: i32) -> Result<()> {
-        self.public().ctl(libc::EPOLL_CTL_ADD, flag, 0)
-    }
+    /// A doorbell for one queued event: an event of the source's own, so the
+    /// public fd is readable and a blocked `take` returns (`Take::Bell`).
+    /// None if the source could not make one (the queued event is still
+    /// found by the next `next`).
+    fn ring(&self) -> Option<u64>;
+    /// The doorbell is not needed any more (its event unread or read).
+    fn unring(&self, bell: u64);
+    /// Waits (boundedly) until the public fd is readable after a `ring`, as
+    /// a queued event is when the call that queued it returns.
+    fn settle(&self) {}
 }
 
 /// An event `get` found.
@@ -53,19 +60,20 @@ enum Got {
     Delivered(*mut rdma_cm_event),
 }
 
+/// A queued event and the doorbell that stands for it (channels with a source).
+struct Queued {
+    p: Pending,
+    bell: Option<u64>,
+}
+
 pub struct Channel {
-    /// Raised while the queue holds events. A channel without a source is
-    /// this fd; a channel with one makes it for its first queued event (most
-    /// kernel channels never queue one: one fd less each) and has the source
-    /// watch it.
-    flag: OnceLock<Flag>,
+    /// Raised while the queue holds events: the fd of a channel without a source.
+    flag: Option<Flag>,
     source: Option<Box<dyn Source>>,
-    queue: Mutex<VecDeque<Pending>>,
-    /// The queue's length, written under its lock: `pop` looks here before
+    queue: Mutex<VecDeque<Queued>>,
+    /// The queue's length, written under its lock: `next` looks here before
     /// taking the lock (nearly every kernel channel's queue stays empty).
     queued: AtomicUsize,
-    /// The last `take` of the source found nothing.
-    source_empty: AtomicBool,
 }
 
 /// What C sees: the public struct first, so `&public` is the handle.
@@ -82,23 +90,15 @@ impl Channel {
 
     /// A channel with `source`, if any.
     pub fn with_source(source: Option<Box<dyn Source>>) -> Result<Arc<Channel>> {
-        let flag = OnceLock::new();
-        if source.is_none() {
-            let _ = flag.set(Flag::public()?);
-        }
-        Ok(Arc::new(Channel {
-            flag,
-            source,
-            queue: Mutex::new(VecDeque::new()),
-            queued: AtomicUsize::new(0),
-            source_empty: AtomicBool::new(true),
-        }))
+        let flag = if source.is_none() { Some(Flag::public()?) } else { None };
+        Ok(Arc::new(Channel { flag, source, queue: Mutex::new(VecDeque::new()), queued: AtomicUsize::new(0) }))
     }
 
     pub fn fd(&self) -> i32 {
-        match &self.source {
-            Some(s) => s.public_fd(),
-            None => self.flag.get().map_or(-1, Flag::raw),
+        match (&self.source, &self.flag) {
+            (Some(s), _) => s.public_fd(),
+            (None, Some(f)) => f.raw(),
+            (None, None) => -1,
         }
     }
 
@@ -106,20 +106,36 @@ impl Channel {
         self.source.as_deref()
     }
 
+    /// Queues an event (a source's doorbell rung for it, or the flag raised).
     pub fn push(&self, p: Pending) {
         let mut q = lock(&self.queue);
-        if q.is_empty() {
-            self.raise();
-        }
-        q.push_back(p);
+        let bell = match &self.source {
+            Some(s) => s.ring(),
+            None => {
+                if q.is_empty() {
+                    self.raise();
+                }
+                None
+            }
+        };
+        q.push_back(Queued { p, bell });
         self.queued.store(q.len(), Ordering::Release);
     }
 
-    /// The next event, delivered into `slot` (the application's event);
-    /// blocks unless the application made the fd non-blocking. Every wait is
-    /// a poll() of the fd the application has, as its own would be: readable
-    /// while the queue (or the source) has an event. A signal handler ends
-    /// it with EINTR as upstream's blocking write would (`sys::eintr_ends_call`).
+    /// After `push` from a call the application made (rdma_write_cm_event,
+    /// rdma_resolve_addrinfo): the fd is readable when it returns.
+    pub fn settle(&self) {
+        if let Some(s) = &self.source {
+            s.settle();
+        }
+    }
+
+    /// The next event, delivered into `slot` (the application's event). A
+    /// channel with a source blocks in it (unless the application made the
+    /// fd non-blocking), as upstream's blocks in its write(2): a signal
+    /// handler ends the wait with EINTR as signal(7) says. One without waits
+    /// in poll() of its fd, readable while the queue has an event, and a
+    /// signal handler ends that wait with EINTR as `sys::eintr_ends_call` says.
     pub fn next(self: &Arc<Self>, slot: Slot) -> Result<*mut rdma_cm_event> {
         let mut slot = Some(slot);
         match self.get(&mut slot)? {
@@ -139,76 +155,83 @@ impl Channel {
     }
 
     fn get(self: &Arc<Self>, slot: &mut Option<Slot>) -> Result<Got> {
-        let fd = self.fd();
-        // A source that was empty last time is likely empty now: skip the
-        // read that would fail and go straight to the wait (one syscall less).
-        let mut tried_empty = self.source_empty.load(Ordering::Relaxed);
         loop {
             if let Some(p) = self.try_pop() {
                 return Ok(Got::Queued(p));
             }
-            match &self.source {
-                // Read the source when it may have something, or when the
-                // caller does not wait anyway (a non-blocking fd).
-                Some(src) if !tried_empty || crate::sys::nonblocking(fd) => {
-                    let t = src.take(self, slot)?;
-                    self.source_empty.store(matches!(t, Take::Empty), Ordering::Relaxed);
-                    match t {
-                        Take::Here(p) => return Ok(Got::Queued(p)),
-                        Take::Delivered(e) => return Ok(Got::Delivered(e)),
-                        Take::Again => continue,
-                        Take::Empty if tried_empty => return Err(Errno::EAGAIN),
-                        Take::Empty => {
-                            tried_empty = true;
-                            continue;
-                        }
+            let Some(src) = &self.source else {
+                let fd = self.fd();
+                if crate::sys::nonblocking(fd) {
+                    return Err(Errno::EAGAIN);
+                }
+                crate::sys::wait_readable(fd)?;
+                continue;
+            };
+            match src.take(self, slot)? {
+                Take::Here(p) => return Ok(Got::Queued(p)),
+                Take::Delivered(e) => return Ok(Got::Delivered(e)),
+                Take::Bell(b) => {
+                    let p = self.take_bell(b);
+                    src.unring(b);
+                    if let Some(p) = p {
+                        return Ok(Got::Queued(p));
                     }
                 }
-                Some(_) => {}
-                None if crate::sys::nonblocking(fd) => return Err(Errno::EAGAIN),
-                None => {}
+                Take::Again => {}
+                Take::Empty => return Err(Errno::EAGAIN),
             }
-            crate::sys::wait_readable(fd)?;
-            tried_empty = false;
         }
     }
 
-    /// Raises the queue flag, making it first if this is the first queued
-    /// event of a channel with a source (called under the queue lock, so it
-    /// is made once). If that fails the event still waits in the queue for
-    /// `pop`; only poll() misses it.
+    /// Raises the queue flag (a channel without a source).
     fn raise(&self) {
-        if let Some(f) = self.flag.get() {
+        if let Some(f) = &self.flag {
             f.raise();
-            return;
         }
-        let Ok(f) = Flag::new() else { return };
-        f.raise();
-        if let Some(src) = &self.source {
-            if src.watch(f.raw()).is_err() {
-                return;
-            }
-        }
-        let _ = self.flag.set(f);
     }
 
     fn lower(&self) {
-        if let Some(f) = self.flag.get() {
+        if let Some(f) = &self.flag {
             f.lower();
         }
     }
 
+    /// The queue's first event (its doorbell given back).
     fn try_pop(&self) -> Option<Pending> {
         if self.queued.load(Ordering::Acquire) == 0 {
             return None;
         }
+        let q = self.take_queued(|q| q.pop_front())?;
+        Some(self.unring_taken(q).p.handed_out())
+    }
+
+    /// The queued event doorbell `bell` stands for, if still queued.
+    fn take_bell(&self, bell: u64) -> Option<Pending> {
+        let q = self.take_queued(|q| {
+            let i = q.iter().position(|e| e.bell == Some(bell))?;
+            q.remove(i)
+        })?;
+        debug_assert_eq!(q.bell, Some(bell));
+        Some(q.p.handed_out())
+    }
+
+    /// Takes one entry out of the queue under its lock.
+    fn take_queued(&self, f: impl FnOnce(&mut VecDeque<Queued>) -> Option<Queued>) -> Option<Queued> {
         let mut q = lock(&self.queue);
-        let p = q.pop_front()?.handed_out();
+        let e = f(&mut q)?;
         self.queued.store(q.len(), Ordering::Release);
         if q.is_empty() {
             self.lower();
         }
-        Some(p)
+        Some(e)
+    }
+
+    /// An entry just taken from the queue: its doorbell (if any) is rung off.
+    fn unring_taken(&self, e: Queued) -> Queued {
+        if let (Some(b), Some(src)) = (e.bell, &self.source) {
+            src.unring(b);
+        }
+        Queued { p: e.p, bell: e.bell }
     }
 
     /// Takes out every queued event that `pred` selects (an id being destroyed
@@ -217,25 +240,25 @@ impl Channel {
         if self.queued.load(Ordering::Acquire) == 0 {
             return Vec::new(); // the usual case for rdma_destroy_id: no lock either
         }
-        let mut q = lock(&self.queue);
-        if q.is_empty() {
-            return Vec::new(); // the usual case for rdma_destroy_id: no syscall
-        }
-        let mut out = Vec::new();
-        let mut keep = VecDeque::with_capacity(q.len());
-        for p in q.drain(..) {
-            if pred(&p) {
-                out.push(p);
-            } else {
-                keep.push_back(p);
+        let taken: Vec<Queued> = {
+            let mut q = lock(&self.queue);
+            let mut out = Vec::new();
+            let mut keep = VecDeque::with_capacity(q.len());
+            for e in q.drain(..) {
+                if pred(&e.p) {
+                    out.push(e);
+                } else {
+                    keep.push_back(e);
+                }
             }
-        }
-        *q = keep;
-        self.queued.store(q.len(), Ordering::Release);
-        if q.is_empty() {
-            self.lower();
-        }
-        out
+            *q = keep;
+            self.queued.store(q.len(), Ordering::Release);
+            if q.is_empty() {
+                self.lower();
+            }
+            out
+        };
+        taken.into_iter().map(|e| self.unring_taken(e).p).collect()
     }
 }
 

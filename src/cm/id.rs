@@ -70,6 +70,10 @@ pub struct IdCore {
     sync: AtomicBool,
     /// Tells this id from an earlier one at the same address (`gen`).
     gen: u16,
+    /// `ps` and `qp_type` as made (the library never changes them in the
+    /// public struct): read on many calls, without the state lock.
+    ps: u32,
+    qp_type: u32,
     /// Acks of the events in `reported`.
     acct: Acct,
     /// The address of `st.channel`, written with it (under the lock), for
@@ -147,6 +151,8 @@ impl IdCore {
             static GEN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
             std::ptr::addr_of_mut!((*p).gen).write(GEN.fetch_add(1, Ordering::Relaxed));
             std::ptr::addr_of_mut!((*p).acct).write(Acct::default());
+            std::ptr::addr_of_mut!((*p).ps).write(ps);
+            std::ptr::addr_of_mut!((*p).qp_type).write(qp_type);
             a.assume_init()
         }
     }
@@ -154,6 +160,16 @@ impl IdCore {
     /// A number that differs (mostly) between ids made one after another.
     pub fn gen(&self) -> u16 {
         self.gen
+    }
+
+    /// The id's port space (`rdma_cm_id::ps`).
+    pub fn ps(&self) -> u32 {
+        self.ps
+    }
+
+    /// The id's QP type (`rdma_cm_id::qp_type`).
+    pub fn qp_type(&self) -> u32 {
+        self.qp_type
     }
 
     pub fn state(&self) -> MutexGuard<'_, IdState> {
@@ -212,15 +228,16 @@ impl IdCore {
         Ok(r)
     }
 
-    /// `with_public` for a caller that holds the state lock already.
-    ///
-    /// # Safety
-    /// `st` is this id's state, locked by the caller.
-    pub unsafe fn public_locked<R>(&self, st: &IdState, f: impl FnOnce(&rdma_cm_id) -> R) -> R {
-        debug_assert!(st.alive);
-        let _ = st;
-        // SAFETY: per the contract the caller holds the lock every access takes.
-        f(unsafe { &*self.public.0.get() })
+    /// `with_public`, also given the rest of the id's state (one lock).
+    pub fn with_state_public<R>(&self, f: impl FnOnce(&mut IdState, &mut rdma_cm_id) -> R) -> Result<R> {
+        let mut st = self.state();
+        if !st.alive {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: as in `with_public`.
+        let r = f(&mut st, unsafe { &mut *self.public.0.get() });
+        drop(st);
+        Ok(r)
     }
 
     pub fn channel(&self) -> Arc<Channel> {
@@ -264,6 +281,17 @@ impl IdCore {
         // backend thread meanwhile lands in the new channel, after them.
         let st = self.state();
         st.channel.push(p);
+    }
+
+    /// `post` for a call of the application's (rdma_write_cm_event,
+    /// rdma_resolve_addrinfo): the channel's fd is readable when it returns.
+    pub fn post_settled(self: &Arc<Self>, p: Pending) {
+        let ch = {
+            let st = self.state();
+            st.channel.push(p);
+            st.channel.clone()
+        };
+        ch.settle();
     }
 
     /// An event read from a backend's source by a reader of `ch`: delivered
@@ -494,7 +522,7 @@ impl IdBox {
         if event != RDMA_CM_EVENT_USER {
             return Err(Errno::EINVAL);
         }
-        core.post(core.pending(event, status, Param::arg(arg)));
+        core.post_settled(core.pending(event, status, Param::arg(arg)));
         Ok(())
     }
 }

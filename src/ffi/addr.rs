@@ -91,7 +91,7 @@ entry! {
             }
             Outcome::Eai(code) => core.pending(RDMA_CM_EVENT_ADDRINFO_ERROR, code, crate::cm::event::Param::zeroed()),
         };
-        core.post(ev);
+        core.post_settled(ev);
         if core.is_sync() {
             core.complete()?;
         }

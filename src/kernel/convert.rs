@@ -25,6 +25,8 @@ pub fn ah_attr(k: &ib_uverbs_ah_attr) -> ibv_ah_attr {
 }
 
 /// Fills `a` from INIT_QP_ATTR's answer and returns the attribute mask.
+/// Not inlined: rdma_init_qp_attr and the library's own transitions share it.
+#[inline(never)]
 pub fn qp_attr(k: &ib_uverbs_qp_attr, a: &mut ibv_qp_attr) -> i32 {
     a.qp_state = k.qp_state;
     a.cur_qp_state = k.cur_qp_state;

@@ -36,14 +36,21 @@ fn call(name: &CStr, slot: &'static OnceLock<Option<EceFn>>, qp: *mut ibv_qp, ec
     }
 }
 
+static QUERY: OnceLock<Option<EceFn>> = OnceLock::new();
+static SET: OnceLock<Option<EceFn>> = OnceLock::new();
+
+/// Looks both verbs up (the first QP then finds them ready).
+pub fn resolve() {
+    lookup(c"ibv_query_ece", &QUERY);
+    lookup(c"ibv_set_ece", &SET);
+}
+
 fn query(qp: *mut ibv_qp, ece: &mut ibv_ece) -> i32 {
-    static F: OnceLock<Option<EceFn>> = OnceLock::new();
-    call(c"ibv_query_ece", &F, qp, ece)
+    call(c"ibv_query_ece", &QUERY, qp, ece)
 }
 
 fn set(qp: *mut ibv_qp, ece: &mut ibv_ece) -> i32 {
-    static F: OnceLock<Option<EceFn>> = OnceLock::new();
-    call(c"ibv_set_ece", &F, qp, ece)
+    call(c"ibv_set_ece", &SET, qp, ece)
 }
 
 fn ok_or_unsupported(e: i32) -> Result<()> {

@@ -12,7 +12,7 @@ use super::ucma::Ucma;
 use crate::cm::channel::Take;
 use crate::cm::event::Param;
 use crate::cm::{Channel, Head, IdBox, IdCore, Slot};
-use crate::sys::{Errno, Result};
+use crate::sys::Result;
 use crate::verbs::ibv_attach_mcast;
 use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
@@ -59,6 +59,7 @@ fn gone(u: &Ucma, ev: &rdma_ucm_event_resp) -> Take {
 type Routed<'a> = Option<(Head, &'a [u8])>;
 
 /// An event with the kernel's connection parameters (private data copied).
+#[inline(never)]
 fn conn_head<'a>(core: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp, event: u32, status: i32) -> (Head, &'a [u8]) {
     // SAFETY: both union members are plain data; `conn` is the one the kernel
     // fills for connected ids.
@@ -79,6 +80,7 @@ fn conn_head<'a>(core: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp, event: u32, st
 }
 
 /// An event with the kernel's datagram parameters (address handle, QPN, qkey).
+#[inline(never)]
 fn ud_head<'a>(core: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp, event: u32, status: i32) -> (Head, &'a [u8]) {
     // SAFETY: both union members are plain data; `ud` is the one the kernel
     // fills for UD ids and multicast.
@@ -192,36 +194,37 @@ fn on_request<'a>(u: &Arc<Ucma>, l: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp) -
 /// to RTR and RTS, send the RTU and report ESTABLISHED; without one, report
 /// the response (the application calls rdma_establish).
 fn on_response<'a>(k: &Arc<IdCore>, slot: &mut kid::KSlot, ev: &'a rdma_ucm_event_resp) -> Routed<'a> {
-    let core = k;
-    core.state().remote_ece = ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 };
-    let has_qp = core.with_public(|p| !p.qp.is_null()).unwrap_or(false);
-    if !has_qp {
-        return Some(conn_head(core, ev, RDMA_CM_EVENT_CONNECT_RESPONSE, ev.status as i32));
-    }
-    let r = kid::on_handle(slot, |u, h, st| {
-        let local = core.state().local_ece;
-        let options = core.with_public(|p| {
-            if p.qp.is_null() {
-                return Err(Errno::EINVAL);
-            }
-            super::ece::on_response(local, p.qp, ev.ece.vendor_id, ev.ece.attr_mod)
-        })??;
-        super::to_rts(u, k, h, st)?;
-        u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default())?;
+    let remote = ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 };
+    // One hold of the id's lock: the peer's ECE kept, and applied to the QP
+    // (alive while the lock is held) before RTR; None without a QP.
+    let ece = k
+        .with_state_public(|st, p| {
+            st.remote_ece = remote;
+            (!p.qp.is_null()).then(|| super::ece::on_response(st.local_ece, p.qp, remote.vendor_id, remote.options))
+        })
+        .ok()
+        .flatten();
+    let Some(ece) = ece else {
+        return Some(conn_head(k, ev, RDMA_CM_EVENT_CONNECT_RESPONSE, ev.status as i32));
+    };
+    let r = ece.and_then(|options| {
+        kid::on_handle(slot, |u, h, st| {
+            super::to_rts(u, k, h, st)?;
+            u.rtu(h)
+        })?;
         Ok(options)
     });
-    let p = match r {
+    Some(match r {
         Ok(options) => {
-            core.state().local_ece.options = options;
-            conn_head(core, ev, RDMA_CM_EVENT_ESTABLISHED, 0)
+            k.state().local_ece.options = options;
+            conn_head(k, ev, RDMA_CM_EVENT_ESTABLISHED, 0)
         }
         Err(e) => {
             let _ = kid::qp_to(k, IBV_QPS_ERR);
             slot.st.connect_error = true;
-            plain(core, RDMA_CM_EVENT_CONNECT_ERROR, -e.0)
+            plain(k, RDMA_CM_EVENT_CONNECT_ERROR, -e.0)
         }
-    };
-    Some(p)
+    })
 }
 
 /// MULTICAST_JOIN/ERROR: the membership's group goes on the id's QP (unless

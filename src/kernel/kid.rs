@@ -99,6 +99,21 @@ const ADDR_BITS: u32 = 48;
 /// Who each membership `uid` belongs to.
 static MCS: Mutex<Cookies<Owner>> = Mutex::new(Cookies::new());
 
+/// Doorbell uids (`bell`) have the top two bits set: neither an address
+/// (below bit 48) nor a membership cookie (bit 63 and a generation of 30 bits).
+const BELL_BITS: u64 = 3 << 62;
+
+/// A new doorbell uid.
+pub fn bell_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    BELL_BITS | (NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & !BELL_BITS)
+}
+
+/// Whether an event's uid is a doorbell's.
+pub fn is_bell(uid: u64) -> bool {
+    uid & BELL_BITS == BELL_BITS
+}
+
 /// Who an event's `uid` belongs to.
 pub fn lookup(uid: u64) -> Option<Owner> {
     if uid & MC_BIT != 0 {
@@ -136,15 +151,14 @@ fn create_locked(core: &Arc<IdCore>, st: &mut KSlot) -> Result<()> {
     if st.st.dead {
         return Err(Errno::EINVAL);
     }
-    let (ps, qp_type, u) = {
+    let u = {
         let cs = core.state();
         if !cs.alive {
             return Err(Errno::EINVAL);
         }
-        // SAFETY: read under the state lock, as with_public does.
-        let (ps, qpt) = unsafe { core.public_locked(&cs, |p| (p.ps, p.qp_type)) };
-        (ps, qpt, super::source::file_of(&cs.channel).ok_or(Errno::ENODEV)?)
+        super::source::file_of(&cs.channel).ok_or(Errno::ENODEV)?
     };
+    let (ps, qp_type) = (core.ps(), core.qp_type());
     let key = own(core)?;
     let h = u.create_id(key, ps, qp_type)?;
     st.st.key = key;
@@ -318,23 +332,6 @@ pub fn query_path(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
     Ok(())
 }
 
-/// INIT_QP_ATTR(state), adjusted by `tweak`, applied to the id's QP (the
-/// QP is used under the id's lock, so rdma_destroy_qp cannot free it meanwhile).
-pub fn modify_qp(core: &IdCore, u: &Ucma, h: u32, state: u32, tweak: impl FnOnce(&mut ibv_qp_attr, &mut i32)) -> Result<()> {
-    let k = u.init_qp_attr(h, state)?;
-    // SAFETY: all-zero is a valid ibv_qp_attr.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    let mut mask = convert::qp_attr(&k, &mut a);
-    tweak(&mut a, &mut mask);
-    core.with_public(|p| {
-        if p.qp.is_null() {
-            return Err(Errno::EINVAL);
-        }
-        // SAFETY: the id's live QP (guarded by the id's lock) and a filled attribute block.
-        verr(unsafe { ibv_modify_qp(p.qp, &mut a, mask) })
-    })?
-}
-
 /// Moves the id's QP (if any) to `state` alone (ERR flushes, SQD drains).
 pub fn qp_to(core: &IdCore, state: u32) -> Result<()> {
     core.with_public(|p| {
@@ -396,21 +393,6 @@ fn gid_at(a: &kernel_sockaddr_storage) -> [u8; 16] {
     g
 }
 
-pub fn qp_type(core: &IdCore) -> u32 {
-    core.with_public(|p| p.qp_type).unwrap_or(IBV_QPT_RC)
-}
-
 pub fn is_ud(core: &IdCore) -> bool {
-    qp_type(core) == IBV_QPT_UD
-}
-
-/// The ECE the id sends in a REP: the peer's vendor, our options.
-pub fn rep_ece(core: &IdCore) -> rdma_ucm_ece {
-    let st = core.state();
-    rdma_ucm_ece { vendor_id: st.remote_ece.vendor_id, attr_mod: st.local_ece.options }
-}
-
-pub fn req_ece(core: &IdCore) -> rdma_ucm_ece {
-    let st = core.state();
-    rdma_ucm_ece { vendor_id: st.local_ece.vendor_id, attr_mod: st.local_ece.options }
+    core.qp_type() == IBV_QPT_UD
 }

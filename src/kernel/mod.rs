@@ -21,6 +21,7 @@
 
 pub mod abi;
 pub mod af_ib;
+pub mod bell;
 pub mod convert;
 pub mod dev;
 pub mod ece;
@@ -39,6 +40,7 @@ use rdma_abi::cma::*;
 use rdma_abi::verbs::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use crate::verbs::{ibv_modify_qp, verr};
 use ucma::Ucma;
 
 /// Whether libibverbs lists a device (a positive answer is kept; without
@@ -62,6 +64,8 @@ pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
         return None;
     }
     af_ib::probe_once();
+    // Looked up now, as the dynamic linker resolves upstream's at load.
+    ece::resolve();
     match source::KernelSource::open() {
         Ok(s) => Some(Box::new(s)),
         Err(e) => {
@@ -102,41 +106,50 @@ pub fn backend() -> Result<&'static dyn Backend> {
 }
 
 /// RTR and RTS for a connected id's QP (after re-applying INIT, as the kernel
-/// may have new values), with the depths this side agreed to.
+/// may have new values), with the depths this side agreed to: INIT_QP_ATTR
+/// for each state, applied to the QP under one hold of the id's lock (the QP
+/// stays alive: rdma_destroy_qp takes it away under the same lock).
 pub(crate) fn to_rts(u: &Ucma, k: &IdCore, h: u32, st: &mut KSt) -> Result<()> {
     let resp = st.responder_resources;
     let init = st.initiator_depth;
-    let port = k.with_public(|p| p.port_num)?;
-    let ib_link = st.dev.map(|d| d.link_layer(port) == IBV_LINK_LAYER_INFINIBAND).unwrap_or(false);
-    kid::modify_qp(k, u, h, IBV_QPS_INIT, |_, _| {})?;
-    kid::modify_qp(k, u, h, IBV_QPS_RTR, |a, m| {
-        if ib_link {
-            // Bits 21-23 (RoCE-only attributes) confuse IB providers on old kernels.
-            *m &= !0xE0_0000;
+    let dev = st.dev;
+    k.with_public(|p| {
+        if p.qp.is_null() {
+            return Err(Errno::EINVAL);
         }
-        if resp != RDMA_MAX_RESP_RES {
-            a.max_dest_rd_atomic = resp;
+        let ib_link = dev.map(|d| d.link_layer(p.port_num) == IBV_LINK_LAYER_INFINIBAND).unwrap_or(false);
+        for state in [IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] {
+            let ka = u.init_qp_attr(h, state)?;
+            // SAFETY: all-zero is a valid ibv_qp_attr.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            let mut mask = convert::qp_attr(&ka, &mut a);
+            if state == IBV_QPS_RTR {
+                if ib_link {
+                    // Bits 21-23 (RoCE-only attributes) confuse IB providers on old kernels.
+                    mask &= !0xE0_0000;
+                }
+                if resp != RDMA_MAX_RESP_RES {
+                    a.max_dest_rd_atomic = resp;
+                }
+            } else if state == IBV_QPS_RTS && init != RDMA_MAX_INIT_DEPTH {
+                a.max_rd_atomic = init;
+            }
+            // SAFETY: the id's live QP (guarded by the id's lock) and a filled attribute block.
+            verr(unsafe { ibv_modify_qp(p.qp, &mut a, mask) })?;
         }
-    })?;
-    kid::modify_qp(k, u, h, IBV_QPS_RTS, |a, _| {
-        if init != RDMA_MAX_INIT_DEPTH {
-            a.max_rd_atomic = init;
-        }
-    })
+        Ok(())
+    })?
 }
 
-/// The kernel's conn_param for CONNECT/ACCEPT: the QP's number (or the
-/// application's), this side's depths, the caller's retry counts (7/7 without
-/// a conn_param) and private data.
-fn kernel_conn(qp_num: u32, srq: bool, st: &KSt, p: Option<&ConnParam>) -> Result<rdma_ucm_conn_param> {
-    let mut c = rdma_ucm_conn_param {
-        qp_num,
-        srq: srq as u8,
-        responder_resources: st.responder_resources,
-        initiator_depth: st.initiator_depth,
-        valid: 1,
-        ..Default::default()
-    };
+/// Fills the kernel's conn_param for CONNECT/ACCEPT (all zero before): the
+/// QP's number (or the application's), this side's depths, the caller's
+/// retry counts (7/7 without a conn_param) and private data.
+fn kernel_conn(c: &mut rdma_ucm_conn_param, qp_num: u32, srq: bool, st: &KSt, p: Option<&ConnParam>) -> Result<()> {
+    c.qp_num = qp_num;
+    c.srq = srq as u8;
+    c.responder_resources = st.responder_resources;
+    c.initiator_depth = st.initiator_depth;
+    c.valid = 1;
     match p {
         Some(p) => {
             c.flow_control = p.flow_control;
@@ -153,18 +166,22 @@ fn kernel_conn(qp_num: u32, srq: bool, st: &KSt, p: Option<&ConnParam>) -> Resul
             c.rnr_retry_count = 7;
         }
     }
-    Ok(c)
+    Ok(())
 }
 
-/// The QP number and SRQ flag of the id's QP, or None without a QP.
-fn qp_ids(core: &IdCore) -> Result<Option<(u32, bool)>> {
-    core.with_public(|p| {
-        if p.qp.is_null() {
+/// The QP number and SRQ flag of the id's QP (None without a QP) and the
+/// ECE a REQ (`rep` false) or REP carries: the peer's vendor in a REP, our
+/// options; under one hold of the id's lock.
+fn qp_and_ece(core: &IdCore, rep: bool) -> Result<(Option<(u32, bool)>, rdma_ucm_ece)> {
+    core.with_state_public(|st, p| {
+        let qp = if p.qp.is_null() {
             None
         } else {
             // SAFETY: the id's live QP (read under the id's lock).
             Some(unsafe { ((*p.qp).qp_num, !(*p.qp).srq.is_null()) })
-        }
+        };
+        let vendor_id = if rep { st.remote_ece.vendor_id } else { st.local_ece.vendor_id };
+        (qp, rdma_ucm_ece { vendor_id, attr_mod: st.local_ece.options })
     })
 }
 
@@ -224,8 +241,8 @@ impl Backend for Kernel {
     }
 
     fn connect(&self, id: &Arc<IdCore>, p: ConnParam) -> Result<()> {
-        let ps = id.with_public(|p| p.ps)?;
-        let ece = kid::req_ece(id);
+        let ps = id.ps();
+        let (qp, ece) = qp_and_ece(id, false)?;
         kid::with_handle_or_create(id, |u, h, st| {
             let d = st.dev.ok_or(Errno::EINVAL)?;
             check_depths(ps, st, &p)?;
@@ -233,9 +250,8 @@ impl Backend for Kernel {
             st.responder_resources =
                 if p.responder_resources != RDMA_MAX_RESP_RES { p.responder_resources } else { d.max_responder_resources };
             st.connect_error = false;
-            let (qpn, srq) = qp_ids(id)?.unwrap_or((p.qp_num, p.srq != 0));
-            let c = kernel_conn(qpn, srq, st, Some(&p))?;
-            u.connect(h, &c, ece)
+            let (qpn, srq) = qp.unwrap_or((p.qp_num, p.srq != 0));
+            u.connect(h, |c| kernel_conn(c, qpn, srq, st, Some(&p)), ece)
         })?;
         if id.is_sync() {
             id.complete()?;
@@ -244,13 +260,12 @@ impl Backend for Kernel {
     }
 
     fn accept(&self, id: &Arc<IdCore>, p: Option<ConnParam>) -> Result<()> {
-        let ps = id.with_public(|p| p.ps)?;
+        let ps = id.ps();
         let ud = kid::is_ud(id);
-        let qp = qp_ids(id)?;
+        let (qp, ece) = qp_and_ece(id, true)?;
         if qp.is_none() && p.is_none() {
             return Err(Errno::EINVAL);
         }
-        let ece = kid::rep_ece(id);
         kid::with_handle(id, |u, h, st| {
             if let Some(p) = &p {
                 check_depths(ps, st, p)?;
@@ -265,8 +280,8 @@ impl Backend for Kernel {
                 to_rts(u, id, h, st)?;
             }
             let (qpn, srq) = qp.unwrap_or_else(|| p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq != 0)));
-            let c = kernel_conn(qpn, srq, st, p.as_ref())?;
-            u.accept(h, st.key, &c, ece).inspect_err(|_| {
+            let key = st.key;
+            u.accept(h, key, |c| kernel_conn(c, qpn, srq, st, p.as_ref()), ece).inspect_err(|_| {
                 let _ = kid::qp_to(id, IBV_QPS_ERR);
             })
         })?;
@@ -289,7 +304,7 @@ impl Backend for Kernel {
     }
 
     fn establish(&self, id: &Arc<IdCore>) -> Result<()> {
-        kid::with_handle(id, |u, h, _| u.accept(h, 0, &rdma_ucm_conn_param::default(), rdma_ucm_ece::default()))
+        kid::with_handle(id, |u, h, _| u.rtu(h))
     }
 
     fn notify(&self, id: &Arc<IdCore>, event: u32) -> Result<()> {
@@ -310,26 +325,26 @@ impl Backend for Kernel {
     }
 
     fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
-        if kid::st(id).handle.is_none() {
-            return Err(Errno::EINVAL);
-        }
-        if kid::is_ud(id) {
-            // UD QPs go straight to RTS: the kernel's answer is for INIT only.
-            match attr.qp_state {
-                IBV_QPS_RTR => {
-                    *mask = IBV_QP_STATE as i32;
-                    return Ok(());
+        let ud = kid::is_ud(id);
+        let ka = kid::with_handle(id, |u, h, _| {
+            if ud {
+                // UD QPs go straight to RTS: the kernel's answer is for INIT only.
+                match attr.qp_state {
+                    IBV_QPS_RTR => return Ok(None),
+                    IBV_QPS_RTS => return Ok(None),
+                    _ => {}
                 }
-                IBV_QPS_RTS => {
-                    attr.sq_psn = 0;
-                    *mask = (IBV_QP_STATE | IBV_QP_SQ_PSN) as i32;
-                    return Ok(());
-                }
-                _ => {}
             }
-        }
-        let ka = kid::with_handle(id, |u, h, _| u.init_qp_attr(h, attr.qp_state))?;
-        *mask = convert::qp_attr(&ka, attr);
+            u.init_qp_attr(h, attr.qp_state).map(Some)
+        })?;
+        *mask = match ka {
+            Some(ka) => convert::qp_attr(&ka, attr),
+            None if attr.qp_state == IBV_QPS_RTS => {
+                attr.sq_psn = 0;
+                (IBV_QP_STATE | IBV_QP_SQ_PSN) as i32
+            }
+            None => IBV_QP_STATE as i32,
+        };
         Ok(())
     }
 

@@ -61,9 +61,9 @@ impl Ucma {
         }
         let path = std::ffi::CString::new(DEVICE).map_err(|_| Errno::EINVAL)?;
         // SAFETY: a NUL-terminated path; the result is checked.
-        // Non-blocking: GET_EVENT is tried first and the channel waits in
-        // poll() (`source`), where its userspace events wake it too.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        // Blocking, as upstream's: GET_EVENT waits in the kernel unless the
+        // application sets O_NONBLOCK on the channel's fd (this file).
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
             return Err(Errno::last());
         }
@@ -91,6 +91,12 @@ impl Ucma {
     /// benchmark's guest, every distinct instruction costs a translation).
     #[inline(never)]
     fn send_bytes(&self, c: *const u8, len: usize) -> Result<()> {
+        self.send_raw(c, len, true)
+    }
+
+    /// `send_bytes`; `restart`: a signal's EINTR writes again (commands the
+    /// kernel does not wait in), else it is the caller's (GET_EVENT).
+    fn send_raw(&self, c: *const u8, len: usize, restart: bool) -> Result<()> {
         loop {
             // SAFETY: the ucma write() boundary: `c` is a live, fully initialised
             // header + command of `len` bytes (`send`); any response pointer inside
@@ -99,7 +105,7 @@ impl Ucma {
             let n = unsafe { libc::write(self.fd.as_raw_fd(), c.cast(), len) };
             if n < 0 {
                 let e = Errno::last();
-                if e.0 == libc::EINTR {
+                if e.0 == libc::EINTR && restart {
                     continue;
                 }
                 return Err(e);
@@ -173,9 +179,13 @@ impl Ucma {
         Ok(resp.paths[..n].to_vec())
     }
 
-    pub fn connect(&self, id: u32, conn: &rdma_ucm_conn_param, ece: rdma_ucm_ece) -> Result<()> {
-        let c = rdma_ucm_connect { conn_param: *conn, id, reserved: 0, ece };
-        self.write(CMD_CONNECT, &c, 0)
+    /// CONNECT; `conn` fills the connection parameters in place.
+    pub fn connect(&self, id: u32, conn: impl FnOnce(&mut rdma_ucm_conn_param) -> Result<()>, ece: rdma_ucm_ece) -> Result<()> {
+        let mut c = Cmd::<rdma_ucm_connect>::new(CMD_CONNECT, 0);
+        conn(&mut c.body.conn_param)?;
+        c.body.id = id;
+        c.body.ece = ece;
+        self.send(&c)
     }
 
     pub fn listen(&self, id: u32, backlog: i32) -> Result<()> {
@@ -186,9 +196,19 @@ impl Ucma {
     /// ACCEPT: `conn` with `valid` set accepts a request (and sets the id's
     /// uid, so its events start flowing); `valid` 0 sends the RTU of an
     /// active connection whose reply was processed here.
-    pub fn accept(&self, id: u32, uid: u64, conn: &rdma_ucm_conn_param, ece: rdma_ucm_ece) -> Result<()> {
-        let c = rdma_ucm_accept { uid, conn_param: *conn, id, reserved: 0, ece };
-        self.write(CMD_ACCEPT, &c, 0)
+    pub fn accept(&self, id: u32, uid: u64, conn: impl FnOnce(&mut rdma_ucm_conn_param) -> Result<()>, ece: rdma_ucm_ece) -> Result<()> {
+        let mut c = Cmd::<rdma_ucm_accept>::new(CMD_ACCEPT, 0);
+        conn(&mut c.body.conn_param)?;
+        c.body.uid = uid;
+        c.body.id = id;
+        c.body.ece = ece;
+        self.send(&c)
+    }
+
+    /// ACCEPT without connection parameters: the RTU of an active side
+    /// whose reply was processed here (rdma_establish, CONNECT_RESPONSE).
+    pub fn rtu(&self, id: u32) -> Result<()> {
+        self.accept(id, 0, |_| Ok(()), rdma_ucm_ece::default())
     }
 
     pub fn reject(&self, id: u32, reason: u8, data: &[u8]) -> Result<()> {
@@ -211,11 +231,14 @@ impl Ucma {
         Ok(resp)
     }
 
-    /// The file's next event, or EAGAIN when none is queued.
+    /// The file's next event: waits for one unless the file is non-blocking
+    /// (EAGAIN); a signal handler ends the wait with EINTR unless it was
+    /// installed with SA_RESTART (the kernel restarts the write then).
     pub fn get_event(&self) -> Result<rdma_ucm_event_resp> {
         let mut resp = rdma_ucm_event_resp::default();
-        let c = rdma_ucm_get_event { response: addr_of(&mut resp) };
-        self.write(CMD_GET_EVENT, &c, size_of_val(&resp))?;
+        let mut c = Cmd::<rdma_ucm_get_event>::new(CMD_GET_EVENT, size_of_val(&resp));
+        c.body.response = addr_of(&mut resp);
+        self.send_raw((&c as *const Cmd<rdma_ucm_get_event>).cast(), size_of_val(&c), false)?;
         Ok(resp)
     }
 
