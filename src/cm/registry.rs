@@ -53,10 +53,17 @@ pub enum Kind {
 /// Every live handle. Not a std HashMap: every call of the library looks a
 /// handle up, and under qemu's TCG (the VM benchmark) the cost of a call
 /// follows the instructions it runs; this table's probe is a few of them.
-static HANDLES: Mutex<PtrTable> = Mutex::new(PtrTable::new());
+/// In shards by address: an application's event thread and its other
+/// threads look handles up all the time, and one lock for all of them makes
+/// them wait for each other (under the VM benchmark's TCG a lock is held
+/// for long and a futex wait is a context switch).
+static HANDLES: [Mutex<PtrTable>; SHARDS] = [const { Mutex::new(PtrTable::new()) }; SHARDS];
+const SHARDS: usize = 8;
 
-fn handles() -> MutexGuard<'static, PtrTable> {
-    lock(&HANDLES)
+fn handles(key: usize) -> MutexGuard<'static, PtrTable> {
+    // Above the alignment bits of every handle (channels, ids, events are
+    // 16-byte aligned allocations of a few hundred bytes).
+    lock(&HANDLES[(key >> 6) % SHARDS])
 }
 
 /// A set of non-zero addresses with a kind each: open addressing with linear
@@ -67,9 +74,9 @@ struct PtrTable {
 }
 
 impl PtrTable {
-    /// Slots of the first allocation: programs make their ids in bursts
-    /// (cmtime, servers), and each growth rehashes every entry.
-    const FIRST: usize = 512;
+    /// Slots of a shard's first allocation: programs make their ids in
+    /// bursts (cmtime, servers), and each growth rehashes every entry.
+    const FIRST: usize = 128;
 
     const fn new() -> PtrTable {
         PtrTable { slots: Vec::new(), len: 0 }
@@ -170,14 +177,14 @@ impl PtrTable {
 
 /// Records a freshly allocated handle.
 pub fn register<T>(ptr: *const T, kind: Kind) {
-    handles().insert(ptr as usize, kind);
+    handles(ptr as usize).insert(ptr as usize, kind);
 }
 
 /// Runs `f` while `ptr` is a live handle of `kind`. The registry's lock is
 /// held meanwhile, so `unregister` (and the free after it) waits: `f` may
 /// read the handle's allocation.
 pub fn with_live<T, R>(ptr: *const T, kind: Kind, f: impl FnOnce() -> R) -> Option<R> {
-    let h = handles();
+    let h = handles(ptr as usize);
     if h.get(ptr as usize) != Some(kind) {
         return None;
     }
@@ -189,7 +196,7 @@ pub fn with_live<T, R>(ptr: *const T, kind: Kind, f: impl FnOnce() -> R) -> Opti
 /// Forgets a live handle of `kind`; true once per registration, so exactly
 /// one caller goes on to free it.
 pub fn unregister<T>(ptr: *const T, kind: Kind) -> bool {
-    handles().remove(ptr as usize, kind)
+    handles(ptr as usize).remove(ptr as usize, kind)
 }
 
 /// Numbers handed to the kernel (the `uid` it echoes in events): a slot index

@@ -14,7 +14,7 @@
 use super::abi::*;
 use super::convert;
 use super::dev::{self, Dev};
-use super::ucma::Ucma;
+use super::ucma::{PathResp, Ucma};
 use crate::cm::registry::{lock, Cookies};
 use crate::cm::{Channel, IdBox, IdCore};
 use crate::sys::{Errno, Result};
@@ -258,13 +258,15 @@ pub fn migrate(core: &IdCore, to: &Channel) -> Result<()> {
 /// devices only (an iWARP id's stay zero), bind, listen and a
 /// CONNECT_REQUEST's new id always (`dev_attrs` compares them).
 pub fn query_addr(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> Result<()> {
-    let r = u.query_addr(h, QUERY_ADDR)?;
+    let mut r = rdma_ucm_query_addr_resp::default();
+    u.query_addr(h, QUERY_ADDR, &mut r)?;
     let dev = if st.dev.is_none() && r.node_guid != 0 { Some(dev::find(r.node_guid, r.ibdev_index)?) } else { None };
     let ask = match gids {
         Gids::IbTransport => dev.or(st.dev).is_some_and(|d| d.is_ib_transport()),
         Gids::Yes => true,
     };
-    let g = if ask { u.query_addr(h, QUERY_GID).ok() } else { None };
+    let mut g = rdma_ucm_query_addr_resp::default();
+    let have_g = ask && u.query_addr(h, QUERY_GID, &mut g).is_ok();
     core.with_public(|p| {
         let copy = |dst: &mut libc::sockaddr_storage, src: &kernel_sockaddr_storage, n: u16| {
             let n = (n as usize).min(128);
@@ -287,7 +289,7 @@ pub fn query_addr(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> 
             p.port_num = r.port_num;
             p.route.addr.addr.ibaddr.pkey = r.pkey;
         }
-        if let Some(g) = g {
+        if have_g {
             // sockaddr_ib: the GID sits at offset 8.
             if g.src_size as usize >= 24 {
                 p.route.addr.addr.ibaddr.sgid.raw = gid_at(&g.src_addr);
@@ -308,7 +310,8 @@ pub fn query_path(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
     if !st.dev.map(|d| d.is_ib_transport()).unwrap_or(false) {
         return Ok(());
     }
-    let paths = u.query_path(h)?;
+    let mut resp = PathResp::default();
+    let paths = u.query_path(h, &mut resp)?;
     let arr = if paths.is_empty() {
         None
     } else {

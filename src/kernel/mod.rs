@@ -119,7 +119,8 @@ pub(crate) fn to_rts(u: &Ucma, k: &IdCore, h: u32, st: &mut KSt) -> Result<()> {
         }
         let ib_link = dev.map(|d| d.link_layer(p.port_num) == IBV_LINK_LAYER_INFINIBAND).unwrap_or(false);
         for state in [IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] {
-            let ka = u.init_qp_attr(h, state)?;
+            let mut ka = ib_uverbs_qp_attr::default();
+            u.init_qp_attr(h, state, &mut ka)?;
             // SAFETY: all-zero is a valid ibv_qp_attr.
             let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
             let mut mask = convert::qp_attr(&ka, &mut a);
@@ -335,7 +336,8 @@ impl Backend for Kernel {
                     _ => {}
                 }
             }
-            u.init_qp_attr(h, attr.qp_state).map(Some)
+            let mut ka = ib_uverbs_qp_attr::default();
+            u.init_qp_attr(h, attr.qp_state, &mut ka).map(|()| Some(ka))
         })?;
         *mask = match ka {
             Some(ka) => convert::qp_attr(&ka, attr),

@@ -30,6 +30,14 @@ impl<T: Default> Cmd<T> {
     }
 }
 
+/// QUERY(PATH)'s answer.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct PathResp {
+    head: rdma_ucm_query_path_resp,
+    paths: [ib_path_rec_data; 6],
+}
+
 /// Copies a socket address (at most 128 bytes) into a command's field.
 fn put_addr(dst: &mut kernel_sockaddr_storage, b: &[u8]) {
     let n = b.len().min(128);
@@ -156,27 +164,21 @@ impl Ucma {
     }
 
     /// QUERY with option ADDR or GID (both answer with `rdma_ucm_query_addr_resp`).
-    pub fn query_addr(&self, id: u32, option: u32) -> Result<rdma_ucm_query_addr_resp> {
-        // Old kernels leave ibdev_index alone: "unknown" unless they fill it.
-        let mut resp = rdma_ucm_query_addr_resp { ibdev_index: u32::MAX, ..Default::default() };
-        let c = rdma_ucm_query { response: addr_of(&mut resp), id, option };
-        self.write(CMD_QUERY, &c, size_of_val(&resp))?;
-        Ok(resp)
+    /// The answer lands in `resp` (the caller's: no copy of it on return);
+    /// old kernels leave `ibdev_index` alone, so it says "unknown" unless filled.
+    pub fn query_addr(&self, id: u32, option: u32, resp: &mut rdma_ucm_query_addr_resp) -> Result<()> {
+        resp.ibdev_index = u32::MAX;
+        let c = rdma_ucm_query { response: addr_of(resp), id, option };
+        self.write(CMD_QUERY, &c, size_of_val(resp))
     }
 
-    /// QUERY(PATH): the id's path records (room for 6, as upstream asks).
-    pub fn query_path(&self, id: u32) -> Result<Vec<ib_path_rec_data>> {
-        #[repr(C)]
-        #[derive(Clone, Copy, Default)]
-        struct Resp {
-            head: rdma_ucm_query_path_resp,
-            paths: [ib_path_rec_data; 6],
-        }
-        let mut resp = Resp::default();
-        let c = rdma_ucm_query { response: addr_of(&mut resp), id, option: QUERY_PATH };
-        self.write(CMD_QUERY, &c, size_of::<Resp>())?;
+    /// QUERY(PATH) into `resp` (room for 6 records, as upstream asks): the
+    /// records the kernel gave.
+    pub fn query_path<'a>(&self, id: u32, resp: &'a mut PathResp) -> Result<&'a [ib_path_rec_data]> {
+        let c = rdma_ucm_query { response: addr_of(resp), id, option: QUERY_PATH };
+        self.write(CMD_QUERY, &c, size_of::<PathResp>())?;
         let n = (resp.head.num_paths as usize).min(6);
-        Ok(resp.paths[..n].to_vec())
+        Ok(&resp.paths[..n])
     }
 
     /// CONNECT; `conn` fills the connection parameters in place.
@@ -224,22 +226,20 @@ impl Ucma {
         self.write(CMD_DISCONNECT, &rdma_ucm_disconnect { id }, 0)
     }
 
-    pub fn init_qp_attr(&self, id: u32, qp_state: u32) -> Result<ib_uverbs_qp_attr> {
-        let mut resp = ib_uverbs_qp_attr::default();
-        let c = rdma_ucm_init_qp_attr { response: addr_of(&mut resp), id, qp_state };
-        self.write(CMD_INIT_QP_ATTR, &c, size_of_val(&resp))?;
-        Ok(resp)
+    /// INIT_QP_ATTR into `resp` (the caller's).
+    pub fn init_qp_attr(&self, id: u32, qp_state: u32, resp: &mut ib_uverbs_qp_attr) -> Result<()> {
+        let c = rdma_ucm_init_qp_attr { response: addr_of(resp), id, qp_state };
+        self.write(CMD_INIT_QP_ATTR, &c, size_of_val(resp))
     }
 
     /// The file's next event: waits for one unless the file is non-blocking
     /// (EAGAIN); a signal handler ends the wait with EINTR unless it was
     /// installed with SA_RESTART (the kernel restarts the write then).
-    pub fn get_event(&self) -> Result<rdma_ucm_event_resp> {
-        let mut resp = rdma_ucm_event_resp::default();
-        let mut c = Cmd::<rdma_ucm_get_event>::new(CMD_GET_EVENT, size_of_val(&resp));
-        c.body.response = addr_of(&mut resp);
-        self.send_raw((&c as *const Cmd<rdma_ucm_get_event>).cast(), size_of_val(&c), false)?;
-        Ok(resp)
+    /// Into `resp` (the caller's, zeroed: an older kernel's answer is shorter).
+    pub fn get_event(&self, resp: &mut rdma_ucm_event_resp) -> Result<()> {
+        let mut c = Cmd::<rdma_ucm_get_event>::new(CMD_GET_EVENT, size_of_val(resp));
+        c.body.response = addr_of(resp);
+        self.send_raw((&c as *const Cmd<rdma_ucm_get_event>).cast(), size_of_val(&c), false)
     }
 
     pub fn set_option(&self, id: u32, level: u32, optname: u32, val: &[u8]) -> Result<()> {
