@@ -8,6 +8,7 @@
 #   make vm-expected [VM_RDMA=siw] refresh c-examples/expected/dev_*.rxe.txt (.siw.txt) from Debian's library
 #   make vm-shell CMD='...'        run any command in the guest
 #   make bench-vm                  Debian's library vs ours: cmtime and rping timings (one boot; not in make test)
+#   make profile-vm                per cmtime step, instructions run and first run (callgrind; not in make test)
 
 VM_DIR            := tests/vm
 VM_RUN            := $(VM_DIR)/run-in-guest.sh
@@ -78,3 +79,15 @@ bench-vm: lib
 	QRXE_TIMEOUT=$(BENCH_VM_TIMEOUT) QRXE_OUTDIR=$(VM_RESULTS)/bench \
 	QRXE_ENV="BENCH_RESULTS=$(VM_RESULTS)/bench BENCH_ROUNDS=$(BENCH_ROUNDS) BENCH_NOASLR=$(BENCH_NOASLR) BENCH_BASE=$(if $(BENCH_BASE),$(abspath $(BENCH_BASE)))" \
 	  $(VM_RUN) 'bash $(CURDIR)/$(VM_DIR)/bench.sh'
+
+# Deterministic step costs (callgrind in the guest, Debian's library and ours):
+# per cmtime-shaped step, the instructions run and those run for the first
+# time in the process (what TCG translates). Not in make test.
+PROFILE_VM_TIMEOUT ?= 900
+.PHONY: profile-vm
+profile-vm: lib
+	@mkdir -p build/profile $(VM_RESULTS)/profile
+	$(CC) -O2 -Wall -pthread -Iinclude -o build/profile/cmsteps tests/vm/profile/cmsteps.c -Lbuild/lib -lrdmacm
+	QRXE_TIMEOUT=$(PROFILE_VM_TIMEOUT) QRXE_OUTDIR=$(VM_RESULTS)/profile \
+	QRXE_ENV="PROFILE_RESULTS=$(VM_RESULTS)/profile" \
+	  $(VM_RUN) 'bash $(CURDIR)/tests/vm/profile/profile.sh'
