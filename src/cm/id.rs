@@ -64,7 +64,7 @@ pub struct IdCore {
     /// The kernel CM's state for the id (unused by the other backends): in
     /// the same allocation, as upstream keeps one allocation per id. Its lock
     /// is taken before `st`, never after (`kernel::kid`).
-    pub(crate) kern: Mutex<crate::kernel::kid::KSlot>,
+    pub(crate) kern: crate::kernel::kid::Kern,
     /// Whether `st.private_channel` is set (written with it, under the lock;
     /// read without it on every synchronous-mode check).
     sync: AtomicBool,
@@ -146,7 +146,7 @@ impl IdCore {
             std::ptr::addr_of_mut!((*p).cond).write(Condvar::new());
             std::ptr::addr_of_mut!((*p).reported).write(AtomicU64::new(0));
             std::ptr::addr_of_mut!((*p).qp_lock).write(Mutex::new(()));
-            std::ptr::addr_of_mut!((*p).kern).write(Mutex::default());
+            std::ptr::addr_of_mut!((*p).kern).write(Default::default());
             std::ptr::addr_of_mut!((*p).sync).write(AtomicBool::new(private_channel.is_some()));
             static GEN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
             std::ptr::addr_of_mut!((*p).gen).write(GEN.fetch_add(1, Ordering::Relaxed));

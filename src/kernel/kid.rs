@@ -7,7 +7,8 @@
 //! Locking: the kernel state lock may be taken before an id's core state
 //! lock (queries fill the public struct, QPs are modified under
 //! `with_public`), never after it. Kernel commands on an id run under it via
-//! `with_handle`, and destroy takes the handle away under the same lock, so
+//! `with_handle`, or counted in `Kern::cmds` via `command`; destroy takes
+//! the handle away under the same lock and waits for the counted ones, so
 //! no command can reach a kernel id number after it was destroyed (the
 //! kernel reuses numbers).
 
@@ -21,7 +22,7 @@ use crate::sys::{Errno, Result};
 use crate::verbs::{ibv_detach_mcast, ibv_modify_qp, verr};
 use rdma_abi::cma::rdma_cm_id;
 use rdma_abi::verbs::*;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `route.path_rec`: an array allocated with libc (the application reads it).
@@ -37,6 +38,16 @@ impl Drop for PathArray {
 
 /// The kernel backend's part of one id, inside the id's own allocation
 /// (`IdCore::kern`): one allocation per id, as upstream's.
+#[derive(Default)]
+pub struct Kern {
+    slot: Mutex<KSlot>,
+    /// Commands written outside `slot`'s lock (`command`) and not yet
+    /// returned: teardown and migrate wait for none before the kernel id is
+    /// destroyed or moved.
+    cmds: AtomicU32,
+}
+
+/// What `Kern`'s lock guards.
 #[derive(Default)]
 pub struct KSlot {
     /// The kernel id; None before it is made and once destroyed.
@@ -142,7 +153,47 @@ fn own(core: &IdCore) -> Result<u64> {
 
 /// The id's kernel state, locked (taken before the id's core state lock).
 pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
-    lock(&core.kern)
+    lock(&core.kern.slot)
+}
+
+/// Runs a command that needs only the kernel id (and the id's device)
+/// outside the kernel state lock, making the kernel id first if `create`
+/// and it has none. The kernel may queue the command's event before write()
+/// returns (a local ADDR_RESOLVED, a ROUTE_RESOLVED), and the thread reading
+/// events takes that lock to handle it: held across the write, it made that
+/// thread sleep on it and this one wake it, on about a quarter of the
+/// resolves of a cmtime run, where upstream's library takes no lock at all.
+/// Counted in `cmds`, so teardown and migrate still come after it
+/// (`quiesce`): no command reaches a kernel id number after destroy (the
+/// kernel reuses numbers) or the file an id left.
+pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, Option<&'static Dev>) -> Result<R>) -> Result<R> {
+    struct Done<'a>(&'a AtomicU32);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Release);
+        }
+    }
+    let (h, u, dev) = {
+        let mut slot = st(core);
+        if create && slot.handle.is_none() {
+            create_locked(core, &mut slot)?;
+        }
+        let (Some(h), Some(u)) = (slot.handle, slot.file.clone()) else { return Err(Errno::EINVAL) };
+        // Under the lock: a teardown or migrate that takes it next sees this.
+        core.kern.cmds.fetch_add(1, Ordering::Relaxed);
+        (h, u, slot.st.dev)
+    };
+    let _done = Done(&core.kern.cmds);
+    f(&u, h, dev)
+}
+
+/// Waits until no `command` is in flight. Called after taking the kernel id
+/// away or while holding the lock, so none can start meanwhile; a command
+/// is one write(), so the wait is short.
+fn quiesce(core: &IdCore) {
+    while core.kern.cmds.load(Ordering::Acquire) != 0 {
+        std::thread::yield_now();
+    }
 }
 
 /// Makes the id's kernel id on its channel's file, under its state lock.
@@ -248,6 +299,7 @@ pub fn migrate(core: &IdCore, to: &Channel) -> Result<()> {
     if super::source::file_of(to).is_some_and(|f| Arc::ptr_eq(&f, &from)) {
         return Ok(());
     }
+    quiesce(core);
     st.file = Some(super::source::migrate_into(to, h, &from)?);
     Ok(())
 }
@@ -373,6 +425,7 @@ pub fn teardown(core: &IdCore) {
         st.dead = true;
         (handle.take(), std::mem::take(&mut st.mcs), st.path.take(), file.take())
     };
+    quiesce(core);
     for mc in &mcs {
         forget(mc.key);
         detach(core, mc);

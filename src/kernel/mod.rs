@@ -213,7 +213,7 @@ impl Backend for Kernel {
     }
 
     fn resolve_addr(&self, id: &Arc<IdCore>, src: Option<&[u8]>, dst: &[u8], timeout_ms: i32) -> Result<()> {
-        kid::with_handle_or_create(id, |u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
+        kid::command(id, true, |u, h, _| u.resolve_addr(h, src, dst, timeout_ms as u32))?;
         id.with_public(|p| {
             // SAFETY: the storage member of the address union (plain bytes); dst ≤ 128 bytes.
             let d = unsafe { std::slice::from_raw_parts_mut(std::ptr::addr_of_mut!(p.route.addr.dst.storage) as *mut u8, 128) };
@@ -227,7 +227,7 @@ impl Backend for Kernel {
     }
 
     fn resolve_route(&self, id: &Arc<IdCore>, timeout_ms: i32) -> Result<()> {
-        kid::with_handle_or_create(id, |u, h, _| u.resolve_route(h, timeout_ms as u32))?;
+        kid::command(id, true, |u, h, _| u.resolve_route(h, timeout_ms as u32))?;
         if id.is_sync() {
             id.complete()?;
         }
@@ -301,21 +301,21 @@ impl Backend for Kernel {
 
     fn reject(&self, id: &Arc<IdCore>, data: &[u8], vendor_reason: bool) -> Result<()> {
         let reason = if vendor_reason { REJ_VENDOR_OPTION_NOT_SUPPORTED } else { 0 };
-        kid::with_handle(id, |u, h, _| u.reject(h, reason, data))
+        kid::command(id, false, |u, h, _| u.reject(h, reason, data))
     }
 
     fn establish(&self, id: &Arc<IdCore>) -> Result<()> {
-        kid::with_handle(id, |u, h, _| u.rtu(h))
+        kid::command(id, false, |u, h, _| u.rtu(h))
     }
 
     fn notify(&self, id: &Arc<IdCore>, event: u32) -> Result<()> {
-        kid::with_handle(id, |u, h, _| u.notify(h, event))
+        kid::command(id, false, |u, h, _| u.notify(h, event))
     }
 
     fn disconnect(&self, id: &Arc<IdCore>) -> Result<()> {
-        kid::with_handle(id, |u, h, st| {
+        kid::command(id, false, |u, h, dev| {
             // Outstanding work flushes (IB/RoCE) or drains (iWARP) first.
-            let d = st.dev.ok_or(Errno::EINVAL)?;
+            let d = dev.ok_or(Errno::EINVAL)?;
             kid::qp_to(id, if d.is_iwarp() { IBV_QPS_SQD } else { IBV_QPS_ERR })?;
             u.disconnect(h)
         })?;
@@ -386,7 +386,7 @@ impl Backend for Kernel {
             Opt::AckTimeout(v) => (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, vec![*v]),
             Opt::IbPath(v) => (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, v.clone()),
         };
-        kid::with_handle_or_create(id, |u, h, _| u.set_option(h, level as u32, name as u32, &val))?;
+        kid::command(id, true, |u, h, _| u.set_option(h, level as u32, name as u32, &val))?;
         // The kernel itself reports ROUTE_RESOLVED for a path given this way.
         if matches!(opt, Opt::IbPath(_)) && id.is_sync() {
             id.complete()?;
