@@ -159,10 +159,11 @@ pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
 /// Runs a command that needs only the kernel id (and the id's device)
 /// outside the kernel state lock, making the kernel id first if `create`
 /// and it has none. The kernel may queue the command's event before write()
-/// returns (a local ADDR_RESOLVED, a ROUTE_RESOLVED), and the thread reading
-/// events takes that lock to handle it: held across the write, it made that
-/// thread sleep on it and this one wake it, on about a quarter of the
-/// resolves of a cmtime run, where upstream's library takes no lock at all.
+/// returns (a local ADDR_RESOLVED, a ROUTE_RESOLVED, a RoCE MULTICAST_JOIN),
+/// and the thread reading events takes that lock to handle it: held across
+/// the write, it made that thread sleep on it and this one wake it, on about
+/// a quarter of the resolves of a cmtime run, where upstream's library takes
+/// no lock at all. `with_handle` is for commands that read or change `KSt`.
 /// Counted in `cmds`, so teardown and migrate still come after it
 /// (`quiesce`): no command reaches a kernel id number after destroy (the
 /// kernel reuses numbers) or the file an id left.

@@ -327,7 +327,7 @@ impl Backend for Kernel {
 
     fn init_qp_attr(&self, id: &Arc<IdCore>, attr: &mut ibv_qp_attr, mask: &mut i32) -> Result<()> {
         let ud = kid::is_ud(id);
-        let ka = kid::with_handle(id, |u, h, _| {
+        let ka = kid::command(id, false, |u, h, _| {
             if ud {
                 // UD QPs go straight to RTS: the kernel's answer is for INIT only.
                 match attr.qp_state {
@@ -351,9 +351,8 @@ impl Backend for Kernel {
     }
 
     fn join_multicast(&self, id: &Arc<IdCore>, addr: &[u8], join_flags: u32, context: usize) -> Result<()> {
-        kid::with_handle_or_create(id, |_, _, _| Ok(()))?;
         let mc = kid::add_mc(id, addr, context, join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
-        match kid::with_handle(id, |u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
+        match kid::command(id, true, |u, h, _| u.join_mcast(h, mc.key, addr, join_flags)) {
             Ok(handle) => mc.handle.store(handle, std::sync::atomic::Ordering::Relaxed),
             Err(e) => {
                 kid::take_mc(id, addr);
@@ -373,7 +372,7 @@ impl Backend for Kernel {
         let handle = mc.handle.load(std::sync::atomic::Ordering::Relaxed);
         if handle != u32::MAX {
             // Written on the id's file, which owns the membership.
-            kid::with_handle(id, |u, _, _| u.leave_mcast(handle))?;
+            kid::command(id, false, |u, _, _| u.leave_mcast(handle))?;
         }
         Ok(())
     }
