@@ -474,11 +474,8 @@ impl Conn {
         stack: &mut Stack,
     ) -> (Sges, bool, usize) {
         if len <= self.sq_inline as usize {
-            let addr = match src.contiguous(len) {
-                Some(p) => {
-                    src.skip(len);
-                    Some(p as u64)
-                }
+            let addr = match src.take_contiguous(len) {
+                Some(p) => Some(p as u64),
                 None if len <= STACK_INLINE => {
                     // SAFETY: the stack holds STACK_INLINE bytes.
                     unsafe { src.copy_to(stack.as_mut_ptr().cast(), len) };
@@ -783,36 +780,53 @@ impl Conn {
     /// Copies received bytes into `dst` (up to its room); consumes them
     /// unless `peek`. Returns the bytes copied.
     pub fn copy_out(&mut self, dst: &mut super::iov::Scatter, peek: bool) -> usize {
+        if !peek {
+            return self.take_out(dst);
+        }
         let mut copied = 0;
         let mut off = self.roff;
-        let mut idx = 0;
-        while dst.room > 0 && idx < self.rmsg.len() {
-            let mlen = self.rmsg[idx] as usize;
-            let n = mlen.min(dst.room);
+        for &mlen in self.rmsg.iter() {
+            if dst.room == 0 {
+                break;
+            }
+            let n = (mlen as usize).min(dst.room);
             // SAFETY: a message lies inside one half of rbuf: off + n ≤ rbuf_size.
             unsafe { dst.copy_from(self.rbuf.ptr().add(off), n) };
             copied += n;
+            if n < mlen as usize {
+                break;
+            }
             off += n;
             if off >= self.rbuf_size {
                 off -= self.rbuf_size;
             }
-            if peek {
-                if n < mlen {
-                    break;
-                }
-                idx += 1;
-                continue;
+        }
+        copied
+    }
+
+    /// `copy_out` that consumes: whole messages leave the queue (each one a
+    /// receive credit), a partly read one keeps its rest at the front.
+    #[inline]
+    fn take_out(&mut self, dst: &mut super::iov::Scatter) -> usize {
+        let mut copied = 0;
+        while dst.room > 0 {
+            let Some(front) = self.rmsg.front_mut() else { break };
+            let mlen = *front as usize;
+            let n = mlen.min(dst.room);
+            // SAFETY: a message lies inside one half of rbuf: roff + n ≤ rbuf_size.
+            unsafe { dst.copy_from(self.rbuf.ptr().add(self.roff), n) };
+            copied += n;
+            self.roff += n;
+            if self.roff >= self.rbuf_size {
+                self.roff -= self.rbuf_size;
             }
             self.rbuf_avail += n;
-            if n == mlen {
-                self.rmsg.pop_front();
-                self.rseq_no = self.rseq_no.wrapping_add(1);
-            } else {
-                self.rmsg[0] -= n as u32;
+            if n < mlen {
+                *front -= n as u32;
+                break;
             }
-        }
-        if !peek {
-            self.roff = off;
+            self.rmsg.pop_front();
+            self.rseq_no = self.rseq_no.wrapping_add(1);
         }
         copied
     }

@@ -80,6 +80,28 @@ impl Gather {
         self.left -= done;
     }
 
+    /// The next `n` bytes, consumed, when they lie in one segment (sent from
+    /// where they are). The one-buffer calls (rsend, rwrite) take the short way.
+    #[inline]
+    pub fn take_contiguous(&mut self, n: usize) -> Option<*const u8> {
+        if let Segs::One([s]) = &self.segs {
+            if self.i == 0 && s.len - self.off >= n {
+                // SAFETY: off + n ≤ s.len, inside the caller's segment.
+                let p = unsafe { s.ptr.add(self.off) } as *const u8;
+                self.off += n;
+                self.left -= n;
+                if self.off == s.len {
+                    self.i = 1;
+                    self.off = 0;
+                }
+                return Some(p);
+            }
+        }
+        let p = self.contiguous(n)?;
+        self.skip(n);
+        Some(p)
+    }
+
     /// Skips `n` bytes (sent without copying).
     pub fn skip(&mut self, n: usize) {
         let mut done = 0;
@@ -115,7 +137,21 @@ impl Scatter {
     ///
     /// # Safety
     /// `src` is readable for `n` bytes; the segments are writable.
+    #[inline]
     pub unsafe fn copy_from(&mut self, src: *const u8, n: usize) {
+        if let Segs::One([s]) = &self.segs {
+            if self.i == 0 && s.len - self.off >= n {
+                // SAFETY: per the contract; off + n ≤ s.len.
+                unsafe { std::ptr::copy_nonoverlapping(src, s.ptr.add(self.off), n) };
+                self.off += n;
+                self.room -= n;
+                if self.off == s.len {
+                    self.i = 1;
+                    self.off = 0;
+                }
+                return;
+            }
+        }
         let mut done = 0;
         while done < n && self.i < self.segs.len() {
             let s = self.segs[self.i];

@@ -860,7 +860,11 @@ impl Stream {
         // One SO_RCVTIMEO for the whole call, however many pieces it gathers.
         let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
         loop {
-            self.progress(&mut st);
+            // Queued data is read without a CQ poll first (as upstream's rrecv): after
+            // a wait that just found it, another poll would only delay the answer.
+            if !st.have_data() {
+                self.progress(&mut st);
+            }
             if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
                 got += c.copy_out(dst, peek);
                 if got > 0 && !peek {

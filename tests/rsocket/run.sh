@@ -57,7 +57,7 @@ else ko "build" "compiler errors" "$out/build.log"; fi
 
 # --- the C checks: each gets its own block of ports ---
 port=$BASE
-for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers stream_sleepers signal_eintr dgram_eintr arm_failure sockopts keepalive cycles duplex; do
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup dgram_sleepers stream_sleepers signal_eintr dgram_eintr arm_failure sockopts keepalive cycles duplex peek; do
 	want "$n" || { port=$((port+10)); continue; }
 	if timeout 90 "$L" "build/rsocket/$n" $port > "$out/$n.log" 2>&1 && ! grep -q '^FAIL' "$out/$n.log"; then
 		ok "$n ($(grep -c '^ok' "$out/$n.log") checks)"

@@ -73,7 +73,7 @@ quad rcopy 0 "rcopy -p @P" "rcopy $data/src.bin $IP:$data/dst.bin -p @P" "cmp -s
 # The C checks of c-examples/rsocket over rxe: ours must pass; Debian's library runs
 # the same binary (same soname) as the oracle, reported but not counted (repoll is
 # 1.5, absent from Debian 12's library).
-for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup signal_eintr dgram_eintr sockopts keepalive duplex cycles; do
+for n in nonblock_connect rpoll_readiness shutdown_eof iomap_placement repoll dgram dgram_wakeup signal_eintr dgram_eintr sockopts keepalive duplex cycles peek; do
 	[ -x build/rsocket/$n ] || { echo "FAIL $n: not built (tests/rsocket/build.sh)"; fail=$((fail+1)); continue; }
 	for lib in ours debian; do
 		[ $lib = debian ] && [ $n = repoll ] && continue

@@ -1,0 +1,52 @@
+#!/bin/bash
+# make profile-vm-rsocket, inside the qemu guest of tests/vm (rxe): Debian's
+# rstream 64-byte ping-pong client under callgrind against a plain rstream
+# server, with Debian's librdmacm and with ours (both sides), for two iteration
+# counts; the difference over the extra iterations is the cost of one round
+# trip's rsend + rrecv in the client, per object (instructions, Ir). Under TCG
+# every instruction of that path is time on the ping-pong's critical path.
+# A measuring tool, not a test: fails only when a run fails.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
+RES=${PROFILE_RESULTS:-/tmp/profile-vm-rsocket}
+mkdir -p "$RES"
+. "$ROOT/tests/vm/lib.sh" # wait_listen
+LO=500 HI=1500 port=7700 fails=0
+for lib in C ours; do
+	if [ $lib = ours ]; then E="LD_LIBRARY_PATH=$ROOT/build/lib"; else E="-u LD_LIBRARY_PATH"; fi
+	for it in $LO $HI; do
+		env $E timeout 300 rstream -b "$IP" -p $port -S 64 -I $it -C 1 >"$RES/srv.$lib.$it" 2>&1 &
+		sp=$!
+		wait_listen rstream || sleep 1
+		env $E timeout 300 valgrind --tool=callgrind --callgrind-out-file="$RES/cg.$lib.$it" \
+			rstream -s "$IP" -p $port -S 64 -I $it -C 1 >"$RES/cli.$lib.$it" 2>&1 || { fails=$((fails + 1)); tail -3 "$RES/cli.$lib.$it"; }
+		wait $sp || fails=$((fails + 1))
+		port=$((port + 1))
+	done
+done
+python3 - "$RES" $LO $HI <<'PY' | tee "$RES/profile.txt"
+import collections, re, subprocess, sys
+res, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def objs(path):
+    out = subprocess.run(['callgrind_annotate', '--inclusive=no', '--threshold=100', path],
+                         capture_output=True, text=True).stdout
+    d = collections.Counter()
+    for l in out.splitlines():
+        m = re.match(r'\s*([\d,]+)\s+\([\s\d.%]+\)\s+.*\[(.*?)\]\s*$', l)
+        if m:
+            name = re.sub(r'\.so.*', '', m.group(2).split('/')[-1])
+            d[name] += int(m.group(1).replace(',', ''))
+    return d
+rows = {}
+for lib in ('C', 'ours'):
+    a, b = objs(f'{res}/cg.{lib}.{lo}'), objs(f'{res}/cg.{lib}.{hi}')
+    rows[lib] = {k: (b[k] - a[k]) / (hi - lo) for k in b}
+names = sorted({k for r in rows.values() for k, v in r.items() if v >= 5})
+print('rstream -S 64 ping-pong client under callgrind: instructions per round trip (rsend + rrecv), by object')
+print('%-22s %8s %8s' % ('object', 'Debian', 'ours'))
+for n in names:
+    print('%-22s %8.0f %8.0f' % (n, rows['C'].get(n, 0), rows['ours'].get(n, 0)))
+print('%-22s %8.0f %8.0f' % ('total', sum(rows['C'].values()), sum(rows['ours'].values())))
+PY
+[ $fails -eq 0 ]
