@@ -1,7 +1,10 @@
 /* rrecv on a stream, as recv(2): MSG_PEEK returns queued bytes without
  * consuming them (across message boundaries, and from the rest of a message
  * that was partly read), a short buffer takes part of a message and leaves
- * the rest first in line, and nothing is lost or repeated. */
+ * the rest first in line, and nothing is lost or repeated; rreadv and
+ * rrecvmsg scatter the same stream over several buffers. */
+#include <sys/uio.h>
+
 #include "rs_util.h"
 
 /* Waits until `want` bytes are queued at `fd` (peeking, non-blocking). */
@@ -53,6 +56,32 @@ int main(int argc, char **argv)
 	CHECK(rrecv(c, buf, 5, MSG_WAITALL) == 5 && !memcmp(buf, "cdefg", 5), "MSG_WAITALL across the boundary",
 	      "got '%.5s'", buf);
 	CHECK_ERRNO(rrecv(c, buf, sizeof(buf), MSG_DONTWAIT), EAGAIN, "again nothing left");
+
+	/* Several buffers: a peek over two of them, then rreadv over three
+	 * (one empty) that end inside the second message. */
+	CHECK(rsend(s, "0123456", 7, 0) == 7 && rsend(s, "789ab", 5, 0) == 5, "two rsends for the iovecs", "%s",
+	      strerror(errno));
+	CHECK(peek_until(c, buf, 12) == 12, "all 12 queued", "%s", "not within 10 s");
+	{
+		char a[2], b[5], d[4], e[16];
+		struct iovec iv[3] = { { a, sizeof(a) }, { NULL, 0 }, { b, sizeof(b) } };
+		struct iovec pv[2] = { { d, sizeof(d) }, { e, sizeof(e) } };
+		struct msghdr m;
+
+		memset(&m, 0, sizeof(m));
+		m.msg_iov = pv;
+		m.msg_iovlen = 2;
+		memset(e, 0, sizeof(e));
+		CHECK(rrecvmsg(c, &m, MSG_PEEK) == 12 && !memcmp(d, "0123", 4) && !memcmp(e, "456789ab", 8),
+		      "rrecvmsg MSG_PEEK over two buffers", "got '%.4s' '%.8s'", d, e);
+		CHECK(rreadv(c, iv, 3) == 7 && !memcmp(a, "01", 2) && !memcmp(b, "23456", 5),
+		      "rreadv fills three buffers (one empty) in order", "got '%.2s' '%.5s'", a, b);
+		iv[0].iov_len = 1;
+		iv[2].iov_len = 2;
+		CHECK(rreadv(c, iv, 3) == 3 && a[0] == '7' && !memcmp(b, "89", 2), "rreadv inside a message",
+		      "got '%c' '%.2s'", a[0], b);
+		CHECK(rrecv(c, buf, sizeof(buf), 0) == 2 && !memcmp(buf, "ab", 2), "and its rest", "got '%.2s'", buf);
+	}
 
 	rclose(c);
 	rclose(s);

@@ -808,13 +808,27 @@ impl Conn {
     /// receive credit), a partly read one keeps its rest at the front.
     #[inline]
     fn take_out(&mut self, dst: &mut super::iov::Scatter) -> usize {
+        if let Some(p) = dst.single() {
+            // SAFETY: `put` gets at most the room left in the caller's one buffer.
+            let n = self.consume(dst.room, |src, done, n| unsafe { std::ptr::copy_nonoverlapping(src, p.add(done), n) });
+            dst.filled(n);
+            return n;
+        }
+        // SAFETY: as above, through the cursor.
+        self.consume(dst.room, |src, _, n| unsafe { dst.copy_from(src, n) })
+    }
+
+    /// Takes up to `room` bytes off the front of the queue, handing each run of
+    /// ring bytes to `put(source, bytes so far, len)`.
+    #[inline]
+    fn consume(&mut self, room: usize, mut put: impl FnMut(*const u8, usize, usize)) -> usize {
         let mut copied = 0;
-        while dst.room > 0 {
+        while copied < room {
             let Some(front) = self.rmsg.front_mut() else { break };
             let mlen = *front as usize;
-            let n = mlen.min(dst.room);
+            let n = mlen.min(room - copied);
             // SAFETY: a message lies inside one half of rbuf: roff + n ≤ rbuf_size.
-            unsafe { dst.copy_from(self.rbuf.ptr().add(self.roff), n) };
+            put(unsafe { self.rbuf.ptr().add(self.roff) }, copied, n);
             copied += n;
             self.roff += n;
             if self.roff >= self.rbuf_size {

@@ -133,25 +133,36 @@ impl Scatter {
         Scatter { segs, i: 0, off: 0, room }
     }
 
+    /// The caller's one buffer, where the next byte goes and the room left
+    /// (the one-buffer calls: rrecv, rread), for a copy loop that then calls
+    /// `filled`.
+    #[inline]
+    pub fn single(&self) -> Option<*mut u8> {
+        match &self.segs {
+            // SAFETY (of the pointer arithmetic): off ≤ s.len, inside the caller's buffer.
+            Segs::One([s]) if self.i == 0 => Some(unsafe { s.ptr.add(self.off) }),
+            _ => None,
+        }
+    }
+
+    /// `n` bytes were written at `single()`'s pointer (n ≤ room).
+    #[inline]
+    pub fn filled(&mut self, n: usize) {
+        self.off += n;
+        self.room -= n;
+        if let Segs::One([s]) = &self.segs {
+            if self.off == s.len {
+                self.i = 1;
+                self.off = 0;
+            }
+        }
+    }
+
     /// Copies `n` bytes from `src`.
     ///
     /// # Safety
     /// `src` is readable for `n` bytes; the segments are writable.
-    #[inline]
     pub unsafe fn copy_from(&mut self, src: *const u8, n: usize) {
-        if let Segs::One([s]) = &self.segs {
-            if self.i == 0 && s.len - self.off >= n {
-                // SAFETY: per the contract; off + n ≤ s.len.
-                unsafe { std::ptr::copy_nonoverlapping(src, s.ptr.add(self.off), n) };
-                self.off += n;
-                self.room -= n;
-                if self.off == s.len {
-                    self.i = 1;
-                    self.off = 0;
-                }
-                return;
-            }
-        }
         let mut done = 0;
         while done < n && self.i < self.segs.len() {
             let s = self.segs[self.i];
