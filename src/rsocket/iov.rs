@@ -133,9 +133,8 @@ impl Scatter {
         Scatter { segs, i: 0, off: 0, room }
     }
 
-    /// The caller's one buffer, where the next byte goes and the room left
-    /// (the one-buffer calls: rrecv, rread), for a copy loop that then calls
-    /// `filled`.
+    /// Where the next byte goes when the caller gave one buffer (rrecv,
+    /// rread): a copy loop writes up to `room` bytes there, then calls `filled`.
     #[inline]
     pub fn single(&self) -> Option<*mut u8> {
         match &self.segs {
