@@ -2,7 +2,8 @@
  * consuming them (across message boundaries, and from the rest of a message
  * that was partly read), a short buffer takes part of a message and leaves
  * the rest first in line, and nothing is lost or repeated; rreadv and
- * rrecvmsg scatter the same stream over several buffers. */
+ * rrecvmsg scatter the same stream over several buffers. A repeated peek
+ * sees data that arrived after the data it already saw. */
 #include <sys/uio.h>
 
 #include "rs_util.h"
@@ -32,10 +33,12 @@ int main(int argc, char **argv)
 	l = rs_listener(port);
 	rs_pair(l, port, &c, &s);
 
-	CHECK(rsend(s, "hello ", 6, 0) == 6 && rsend(s, "world", 5, 0) == 5, "two rsends", "%s", strerror(errno));
+	CHECK(rsend(s, "hello ", 6, 0) == 6, "rsend", "%s", strerror(errno));
+	CHECK(peek_until(c, buf, 6) == 6, "the first message is queued", "%s", "not within 10 s");
+	CHECK(rsend(s, "world", 5, 0) == 5, "a second rsend after it", "%s", strerror(errno));
 	memset(buf, 0, sizeof(buf));
 	CHECK(peek_until(c, buf, 11) == 11 && !memcmp(buf, "hello world", 11),
-	      "MSG_PEEK sees both messages as one stream", "got '%.11s'", buf);
+	      "repeated MSG_PEEKs see the message that came later, both as one stream", "got '%.11s'", buf);
 	memset(buf, 0, sizeof(buf));
 	CHECK(rrecv(c, buf, 3, MSG_PEEK) == 3 && !memcmp(buf, "hel", 3), "a short MSG_PEEK", "got '%.3s'", buf);
 	CHECK(rrecv(c, buf, 4, 0) == 4 && !memcmp(buf, "hell", 4), "peeked bytes are still read, from the start",

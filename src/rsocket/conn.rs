@@ -777,6 +777,12 @@ impl Conn {
         !self.rmsg.is_empty()
     }
 
+    /// Whether the first queued message alone has `room` bytes or more.
+    #[inline]
+    pub fn fills(&self, room: usize) -> bool {
+        self.rmsg.front().is_some_and(|&m| m as usize >= room)
+    }
+
     /// Copies received bytes into `dst` (up to its room); consumes them
     /// unless `peek`. Returns the bytes copied.
     pub fn copy_out(&mut self, dst: &mut super::iov::Scatter, peek: bool) -> usize {

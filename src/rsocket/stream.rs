@@ -860,9 +860,11 @@ impl Stream {
         // One SO_RCVTIMEO for the whole call, however many pieces it gathers.
         let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
         loop {
-            // Queued data is read without a CQ poll first (as upstream's rrecv): after
-            // a wait that just found it, another poll would only delay the answer.
-            if !st.have_data() {
+            // A first queued message that fills the call is read without a CQ poll
+            // first: after a wait that just found it, another poll would only delay
+            // the answer. Otherwise poll, so that a caller asking for more (a repeated
+            // MSG_PEEK above all) sees what arrived since.
+            if !st.conn.as_ref().is_some_and(|c| c.fills(dst.room)) {
                 self.progress(&mut st);
             }
             if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
