@@ -25,18 +25,16 @@ for lib in C ours; do
 		port=$((port + 1))
 	done
 done
-python3 - "$RES" $LO $HI <<'PY' | tee "$RES/profile.txt"
-import collections, re, subprocess, sys
+python3 - "$RES" $LO $HI "$ROOT/tests/vm/profile" <<'PY' | tee "$RES/profile.txt"
+import collections, re, sys
 res, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+from steps import parse  # the callgrind dump reader of make profile-vm
 def objs(path):
-    out = subprocess.run(['callgrind_annotate', '--inclusive=no', '--threshold=100', path],
-                         capture_output=True, text=True).stdout
+    """Ir per object (file name without .so...) of one dump."""
     d = collections.Counter()
-    for l in out.splitlines():
-        m = re.match(r'\s*([\d,]+)\s+\([\s\d.%]+\)\s+.*\[(.*?)\]\s*$', l)
-        if m:
-            name = re.sub(r'\.so.*', '', m.group(2).split('/')[-1])
-            d[name] += int(m.group(1).replace(',', ''))
+    for ob, ir in parse(path)[2].items():
+        d[re.sub(r'\.so.*', '', (ob or '?').split('/')[-1])] += ir
     return d
 rows = {}
 for lib in ('C', 'ours'):

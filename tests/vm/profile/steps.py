@@ -94,4 +94,5 @@ def main():
         print(row)
 
 
-main()
+if __name__ == '__main__':
+    main()
