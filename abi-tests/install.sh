@@ -40,10 +40,13 @@ if ${CC:-cc} -Wall -Werror -o "$tmp/prog" "$tmp/prog.c" $(pkg-config --cflags --
   ok "pkg-config build against the installed copy"
   out=$(LD_LIBRARY_PATH=$prefix/lib "$tmp/prog")
   [ "$out" = "RDMA_CM_EVENT_ESTABLISHED 262" ] && ok "program runs: $out" || bad "program output '$out'"
-  LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/prog" | grep -q "librdmacm.so.1 => $prefix/lib/librdmacm.so.1" \
+  # Whole output first: under pipefail, grep -q leaving early can SIGPIPE ldd (a
+  # script writing line by line) and fail the pipeline after a match.
+  libs=$(LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/prog")
+  grep -q "librdmacm.so.1 => $prefix/lib/librdmacm.so.1" <<< "$libs" \
     && ok "program loads the installed librdmacm" || bad "program did not load the installed library"
 else bad "pkg-config build"; fi
-pkg-config --cflags librdmacm | grep -q -- "-I$prefix/include" && ok "pkg-config --cflags points at the installed headers" || bad "pkg-config --cflags"
+grep -q -- "-I$prefix/include" <<< "$(pkg-config --cflags librdmacm)" && ok "pkg-config --cflags points at the installed headers" || bad "pkg-config --cflags"
 
 make -s uninstall PREFIX="$prefix" >/dev/null
 left=$(find "$prefix" -type f -o -type l | wc -l)
