@@ -3,7 +3,9 @@
  * that was partly read), a short buffer takes part of a message and leaves
  * the rest first in line, and nothing is lost or repeated; rreadv and
  * rrecvmsg scatter the same stream over several buffers. A repeated peek
- * sees data that arrived after the data it already saw. */
+ * sees data that arrived after the data it already saw. MSG_PEEK with
+ * MSG_WAITALL waits, as TCP's, until the whole request is queued; a
+ * non-blocking one, or one SO_RCVTIMEO ends, sees what is there. */
 #include <sys/uio.h>
 
 #include "rs_util.h"
@@ -21,6 +23,22 @@ static int peek_until(int fd, char *buf, int want)
 		sleep_ms(2);
 	} while (now_ms() - t0 < 10000);
 	return n;
+}
+
+struct later {
+	int fd;
+	const char *msg;
+};
+
+/* Sends `msg` 300 ms from now (while the main thread waits in a peek). */
+static void *send_later(void *arg)
+{
+	struct later *l = arg;
+
+	sleep_ms(300);
+	if (rsend(l->fd, l->msg, strlen(l->msg), 0) != (ssize_t)strlen(l->msg))
+		fprintf(stderr, "peek: the later rsend failed: %s\n", strerror(errno));
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -84,6 +102,36 @@ int main(int argc, char **argv)
 		CHECK(rreadv(c, iv, 3) == 3 && a[0] == '7' && !memcmp(b, "89", 2), "rreadv inside a message",
 		      "got '%c' '%.2s'", a[0], b);
 		CHECK(rrecv(c, buf, sizeof(buf), 0) == 2 && !memcmp(buf, "ab", 2), "and its rest", "got '%.2s'", buf);
+	}
+
+	{
+		struct later lt = { s, "all!" };
+		struct timeval tv = { 0, 200 * 1000 };
+		pthread_t t;
+
+		CHECK(rsend(s, "wait", 4, 0) == 4 && peek_until(c, buf, 4) == 4, "four bytes queued", "%s",
+		      strerror(errno));
+		memset(buf, 0, sizeof(buf));
+		CHECK(rrecv(c, buf, 8, MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT) == 4 && !memcmp(buf, "wait", 4),
+		      "a non-blocking MSG_PEEK|MSG_WAITALL returns what is there", "got '%.4s'", buf);
+		CHECK(pthread_create(&t, NULL, send_later, &lt) == 0, "a thread that sends 300 ms later", "%s",
+		      "pthread_create failed");
+		memset(buf, 0, sizeof(buf));
+		CHECK(rrecv(c, buf, 8, MSG_PEEK | MSG_WAITALL) == 8 && !memcmp(buf, "waitall!", 8),
+		      "a blocking MSG_PEEK|MSG_WAITALL waits until the whole request is queued", "got '%.8s'", buf);
+		pthread_join(t, NULL);
+		memset(buf, 0, sizeof(buf));
+		CHECK(rrecv(c, buf, 8, MSG_WAITALL) == 8 && !memcmp(buf, "waitall!", 8), "and it consumed nothing",
+		      "got '%.8s'", buf);
+		CHECK(rsetsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0, "SO_RCVTIMEO 200 ms", "%s",
+		      strerror(errno));
+		CHECK(rsend(s, "part", 4, 0) == 4 && peek_until(c, buf, 4) == 4, "four bytes more", "%s", strerror(errno));
+		memset(buf, 0, sizeof(buf));
+		CHECK(rrecv(c, buf, 8, MSG_PEEK | MSG_WAITALL) == 4 && !memcmp(buf, "part", 4),
+		      "MSG_PEEK|MSG_WAITALL that SO_RCVTIMEO ends sees what came", "got '%.4s'", buf);
+		CHECK(rrecv(c, buf, 8, 0) == 4, "read them", "%s", strerror(errno));
+		CHECK_ERRNO(rrecv(c, buf, 8, MSG_PEEK | MSG_WAITALL), EAGAIN,
+			    "with nothing queued it ends in EAGAIN at SO_RCVTIMEO");
 	}
 
 	rclose(c);

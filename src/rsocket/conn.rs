@@ -777,6 +777,11 @@ impl Conn {
         !self.rmsg.is_empty()
     }
 
+    /// Bytes queued for the application (MSG_PEEK|MSG_WAITALL waits for enough).
+    pub fn queued(&self) -> usize {
+        self.rmsg.iter().map(|&m| m as usize).sum()
+    }
+
     /// Whether the first queued message alone has `room` bytes or more.
     #[inline]
     pub fn fills(&self, room: usize) -> bool {

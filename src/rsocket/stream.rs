@@ -130,6 +130,11 @@ impl St {
         self.conn.as_ref().is_some_and(|c| c.have_data())
     }
 
+    /// Bytes queued for the application.
+    fn queued(&self) -> usize {
+        self.conn.as_ref().map_or(0, |c| c.queued())
+    }
+
     fn fail_connect(&mut self, e: Errno) -> Errno {
         self.phase = Phase::ConnectError;
         self.err = e.0;
@@ -859,6 +864,9 @@ impl Stream {
         let mut got = 0;
         // One SO_RCVTIMEO for the whole call, however many pieces it gathers.
         let deadline = st.opts.rcvtimeo.map(|t| Instant::now() + t);
+        if peek && flags & libc::MSG_WAITALL != 0 && !nonblock {
+            st = self.wait_queued(st, dst.room, deadline)?;
+        }
         loop {
             // A first queued message that fills the call is read without a CQ poll
             // first: after a wait that just found it, another poll would only delay
@@ -905,6 +913,32 @@ impl Stream {
                 // SO_RCVTIMEO expired: EAGAIN, as a socket says.
                 Err(e) if e.0 == libc::ETIMEDOUT => return Err(Errno::EAGAIN),
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// MSG_PEEK with MSG_WAITALL, as TCP: waits until `want` bytes are queued or the
+    /// stream can bring no more. A wait that a signal or SO_RCVTIMEO ends lets the
+    /// peek see what came meanwhile (TCP's peeks copy as data comes), and fails only
+    /// when nothing did.
+    fn wait_queued<'a>(
+        &'a self,
+        st: MutexGuard<'a, St>,
+        want: usize,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard<'a, St>> {
+        match self.wait(st, false, deadline, |s| s.queued() >= want || !s.readable || s.phase != Phase::Open) {
+            Ok(g) => Ok(g),
+            Err(e) if e == Errno::EBADF => Err(e),
+            Err(e) => {
+                let st = self.lock();
+                if st.have_data() {
+                    Ok(st)
+                } else if e.0 == libc::ETIMEDOUT {
+                    Err(Errno::EAGAIN)
+                } else {
+                    Err(e)
+                }
             }
         }
     }
