@@ -64,6 +64,18 @@ fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
     (pool << POOL_SHIFT) | (((bytes as u64) & BYTES_MASK) << BYTES_SHIFT) | m as u64
 }
 
+/// An RDMA write of `sges` to `raddr/rkey` (opcode, id and immediate data to fill in).
+#[inline(always)]
+fn write_wr(sges: &mut [ibv_sge], inline: bool, raddr: u64, rkey: u32) -> ibv_send_wr {
+    // SAFETY: all-zero is a valid work request.
+    let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+    wr.sg_list = if sges.is_empty() { std::ptr::null_mut() } else { sges.as_mut_ptr() };
+    wr.num_sge = sges.len() as i32;
+    wr.send_flags = if inline && sges.iter().any(|s| s.length > 0) { IBV_SEND_INLINE } else { 0 };
+    wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
+    wr
+}
+
 /// What one pass over the CQ found.
 #[derive(Default, Debug)]
 pub struct Found {
@@ -368,8 +380,10 @@ impl Conn {
     }
 
     /// Posts an RDMA write carrying `m` (as immediate data, or as a
-    /// following SEND on iWARP) to `raddr/rkey`.
+    /// following SEND on iWARP) to `raddr/rkey`. The immediate-data case is
+    /// every data message's path: inline in its callers.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn post_msg_write(
         &mut self,
         pool: u64,
@@ -380,19 +394,31 @@ impl Conn {
         raddr: u64,
         rkey: u32,
     ) -> Result<()> {
-        let len: usize = sges.iter().map(|s| s.length as usize).sum();
-        // SAFETY: all-zero is a valid work request.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.sg_list = if sges.is_empty() { std::ptr::null_mut() } else { sges.as_mut_ptr() };
-        wr.num_sge = sges.len() as i32;
-        wr.send_flags = if inline && len > 0 { IBV_SEND_INLINE } else { 0 };
-        wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
-        if !self.msg_send {
-            wr.wr_id = wr_id(pool, bytes, m);
-            wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wr.imm_data = m.to_be();
-            return post_send(self.qp, &mut wr);
+        if self.msg_send {
+            return self.post_msg_send(pool, sges, inline, bytes, m, raddr, rkey);
         }
+        let mut wr = write_wr(sges, inline, raddr, rkey);
+        wr.wr_id = wr_id(pool, bytes, m);
+        wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.imm_data = m.to_be();
+        post_send(self.qp, &mut wr)
+    }
+
+    /// `post_msg_write` on iWARP: the write (if it carries bytes), then `m` as a SEND.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn post_msg_send(
+        &mut self,
+        pool: u64,
+        sges: &mut [ibv_sge],
+        inline: bool,
+        bytes: usize,
+        m: u32,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        let len: usize = sges.iter().map(|s| s.length as usize).sum();
+        let mut wr = write_wr(sges, inline, raddr, rkey);
         if len > 0 {
             wr.wr_id = wr_id(pool, bytes, msg(OP_WRITE, 0));
             wr.opcode = IBV_WR_RDMA_WRITE;
@@ -466,7 +492,7 @@ impl Conn {
     /// # Safety
     /// `stack` and `src`'s buffers outlive the returned SGEs' use; `src` segments are
     /// readable.
-    #[inline]
+    #[inline(always)]
     unsafe fn stage(
         &mut self,
         src: &mut Gather,
@@ -512,6 +538,7 @@ impl Conn {
 
     /// Sends one data message of at most `max` bytes from `src` (the caller
     /// checked `can_send`). Returns the bytes sent.
+    #[inline(always)]
     pub fn send_data(&mut self, src: &mut Gather, max: usize) -> Result<usize> {
         let Some(t) = self.take_target() else { return Ok(0) };
         let len = max.min(self.sbuf_avail).min(t.length as usize).min(src.left());

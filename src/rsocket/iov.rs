@@ -17,6 +17,17 @@ pub enum Segs {
     Many(Vec<Seg>),
 }
 
+impl Segs {
+    /// Bytes in all segments (one buffer's length without walking a list).
+    #[inline]
+    fn total(&self) -> usize {
+        match self {
+            Segs::One([s]) => s.len,
+            Segs::Many(v) => v.iter().map(|s| s.len).sum(),
+        }
+    }
+}
+
 impl std::ops::Deref for Segs {
     type Target = [Seg];
     fn deref(&self) -> &[Seg] {
@@ -37,7 +48,7 @@ pub struct Gather {
 
 impl Gather {
     pub fn new(segs: Segs) -> Gather {
-        let left = segs.iter().map(|s| s.len).sum();
+        let left = segs.total();
         Gather { segs, i: 0, off: 0, left }
     }
 
@@ -129,7 +140,7 @@ pub struct Scatter {
 
 impl Scatter {
     pub fn new(segs: Segs) -> Scatter {
-        let room = segs.iter().map(|s| s.len).sum();
+        let room = segs.total();
         Scatter { segs, i: 0, off: 0, room }
     }
 

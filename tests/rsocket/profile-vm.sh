@@ -5,7 +5,8 @@
 # counts; the difference over the extra iterations is the cost of one round
 # trip's rsend + rrecv in the client, per object (instructions, Ir). Under TCG
 # every instruction of that path is time on the ping-pong's critical path.
-# A measuring tool, not a test: fails only when a run fails.
+# A measuring tool, not a test: fails only when a run fails. PROFILE_LIB=DIR:
+# ours from DIR (tools/build-symbols.sh's build/symbols names functions).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
@@ -14,7 +15,7 @@ mkdir -p "$RES"
 . "$ROOT/tests/vm/lib.sh" # wait_listen
 LO=500 HI=1500 port=7700 fails=0
 for lib in C ours; do
-	if [ $lib = ours ]; then E="LD_LIBRARY_PATH=$ROOT/build/lib"; else E="-u LD_LIBRARY_PATH"; fi
+	if [ $lib = ours ]; then E="LD_LIBRARY_PATH=${PROFILE_LIB:-$ROOT/build/lib}"; else E="-u LD_LIBRARY_PATH"; fi
 	for it in $LO $HI; do
 		env $E timeout 300 rstream -b "$IP" -p $port -S 64 -I $it -C 1 >"$RES/srv.$lib.$it" 2>&1 &
 		sp=$!

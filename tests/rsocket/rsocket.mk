@@ -38,7 +38,7 @@ bench-vm-rsocket: all
 # ours (callgrind in the guest; deterministic where the timings swing). Not in make test.
 profile-vm-rsocket: all
 	@mkdir -p $(VM_RESULTS)/rsocket-profile
-	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-profile QRXE_ENV="PROFILE_RESULTS=$(VM_RESULTS)/rsocket-profile" \
+	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-profile QRXE_ENV="PROFILE_RESULTS=$(VM_RESULTS)/rsocket-profile PROFILE_LIB=$(if $(PROFILE_LIB),$(abspath $(PROFILE_LIB)))" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/profile-vm.sh'
 
 install: install-rspreload

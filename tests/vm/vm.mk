@@ -89,5 +89,5 @@ profile-vm: lib
 	@mkdir -p build/profile $(VM_RESULTS)/profile
 	$(CC) -O2 -Wall -pthread -Iinclude -o build/profile/cmsteps tests/vm/profile/cmsteps.c -Lbuild/lib -lrdmacm
 	QRXE_TIMEOUT=$(PROFILE_VM_TIMEOUT) QRXE_OUTDIR=$(VM_RESULTS)/profile \
-	QRXE_ENV="PROFILE_RESULTS=$(VM_RESULTS)/profile" \
+	QRXE_ENV="PROFILE_RESULTS=$(VM_RESULTS)/profile PROFILE_LIB=$(if $(PROFILE_LIB),$(abspath $(PROFILE_LIB)))" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/vm/profile/profile.sh'

@@ -6,7 +6,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
 RES=${PROFILE_RESULTS:-/tmp/profile-vm}
-OURS=$ROOT/build/lib
+# PROFILE_LIB=DIR: ours from DIR (tools/build-symbols.sh's build/symbols names functions)
+OURS=${PROFILE_LIB:-$ROOT/build/lib}
 mkdir -p "$RES"
 . "$ROOT/tests/vm/lib.sh" # wait_listen
 fails=0
