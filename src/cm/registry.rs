@@ -86,13 +86,9 @@ impl PtrTable {
         self.slots.len().wrapping_sub(1)
     }
 
-    /// Where `key` would sit if nothing collided: the address mixed (its low
-    /// bits are alignment zeros, and allocations of one size sit at a fixed
-    /// stride, which a bare multiplication maps onto few slots).
+    /// Where `key` would sit if nothing collided: the address mixed (`inthash::mix`).
     fn home(&self, key: usize) -> usize {
-        let k = key as u64;
-        let h = (k ^ (k >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h ^ (h >> 32)) as usize & self.mask()
+        common::inthash::mix(key as u64) as usize & self.mask()
     }
 
     /// The slot holding `key`, if any.

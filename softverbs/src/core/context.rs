@@ -11,6 +11,7 @@ use crate::qp::Qp;
 use crate::sys::Result;
 use rdma_abi::verbs::*;
 use std::cell::UnsafeCell;
+use common::inthash::IntMap;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
@@ -69,7 +70,7 @@ pub struct Context {
     pub gids: Vec<GidEntry>,
     pub lid: u16,
     pub net: OnceLock<Arc<dyn Transport>>,
-    pub qps: Mutex<HashMap<u32, Weak<Qp>>>,
+    pub qps: Mutex<IntMap<u32, Weak<Qp>>>,
     pub peers: Mutex<Peers>,
     pub async_q: EventQueue<AsyncEvent>,
     /// Number of parked RC requests with a finite RNR deadline (the engine ticks while > 0).
@@ -91,7 +92,7 @@ impl Context {
             gids: device::host_gids(),
             lid,
             net: OnceLock::new(),
-            qps: Mutex::new(HashMap::new()),
+            qps: Mutex::new(IntMap::default()),
             peers: Mutex::new(Peers::default()),
             async_q: EventQueue::new()?,
             rnr_timers: AtomicUsize::new(0),

@@ -8,7 +8,7 @@ use super::context::Context;
 use crate::sys::random_u32;
 use rdma_abi::verbs::*;
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
+use common::inthash::IntMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 
@@ -95,8 +95,8 @@ pub fn check_access(access: u32) -> Option<u32> {
 
 #[derive(Default)]
 pub struct Keys {
-    pub lkeys: HashMap<u32, Arc<Mr>>,
-    pub rkeys: HashMap<u32, Arc<Mr>>,
+    pub lkeys: IntMap<u32, Arc<Mr>>,
+    pub rkeys: IntMap<u32, Arc<Mr>>,
 }
 
 pub static KEYS: LazyLock<RwLock<Keys>> = LazyLock::new(|| RwLock::new(Keys::default()));
@@ -111,7 +111,7 @@ pub fn keys_write() -> std::sync::RwLockWriteGuard<'static, Keys> {
 
 /// Two fresh keys, unused as lkey and rkey. Caller holds the write lock.
 pub fn fresh_keys(k: &Keys) -> (u32, u32) {
-    let pick = |m: &HashMap<u32, Arc<Mr>>| loop {
+    let pick = |m: &IntMap<u32, Arc<Mr>>| loop {
         let v = random_u32();
         if v != 0 && !m.contains_key(&v) {
             break v;

@@ -3,27 +3,27 @@
 //! Looking a handle up clones the `Arc`, which keeps the object (and the C struct the
 //! application sees, which lives inside it) alive while a call uses it.
 
-use std::collections::HashMap;
+use common::inthash::IntMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Read-mostly (every verb looks its handle up; only create/destroy write), so threads
 /// polling different CQs do not serialise on it.
 pub struct Table<T> {
-    map: RwLock<HashMap<usize, Arc<T>>>,
+    map: RwLock<IntMap<usize, Arc<T>>>,
 }
 
 impl<T> Default for Table<T> {
     fn default() -> Self {
-        Table { map: RwLock::new(HashMap::new()) }
+        Table { map: RwLock::new(IntMap::default()) }
     }
 }
 
 impl<T> Table<T> {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<usize, Arc<T>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, IntMap<usize, Arc<T>>> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<usize, Arc<T>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, IntMap<usize, Arc<T>>> {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 

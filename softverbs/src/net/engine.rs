@@ -28,7 +28,8 @@ use crate::core::context::Context;
 use crate::core::registry::{lock, try_lock};
 use crate::qp::{requester, responder, ud, Qp, MAX_QP_WR, MAX_RD_ATOM};
 use crate::sys::{cerr, owned, Errno, Result};
-use std::collections::{HashMap, VecDeque};
+use common::inthash::IntMap;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -52,7 +53,7 @@ pub struct Engine {
     listener: OwnedFd,
     udp: OwnedFd,
     v6: bool,
-    conns: Mutex<HashMap<u64, Arc<TcpLink>>>,
+    conns: Mutex<IntMap<u64, Arc<TcpLink>>>,
     /// The datagram receive buffer; its lock also keeps UD arrivals in order when the
     /// progress thread and a polling application thread both receive.
     udp_rx: Mutex<Vec<u8>>,
@@ -145,7 +146,7 @@ impl Engine {
             listener,
             udp,
             v6,
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::new(IntMap::default()),
             udp_rx: Mutex::new(vec![0u8; 65536]),
             next_token: AtomicU64::new(T_FIRST_CONN),
             stopping: AtomicBool::new(false),
