@@ -64,7 +64,8 @@ fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
     (pool << POOL_SHIFT) | (((bytes as u64) & BYTES_MASK) << BYTES_SHIFT) | m as u64
 }
 
-/// An RDMA write of `sges` to `raddr/rkey` (opcode, id and immediate data to fill in).
+/// A work request for `sges` to `raddr/rkey`, inline when asked and there are bytes
+/// (the caller fills in id, opcode and immediate data).
 #[inline(always)]
 fn write_wr(sges: &mut [ibv_sge], inline: bool, raddr: u64, rkey: u32) -> ibv_send_wr {
     // SAFETY: all-zero is a valid work request.
@@ -394,45 +395,31 @@ impl Conn {
         raddr: u64,
         rkey: u32,
     ) -> Result<()> {
-        if self.msg_send {
-            return self.post_msg_send(pool, sges, inline, bytes, m, raddr, rkey);
-        }
         let mut wr = write_wr(sges, inline, raddr, rkey);
+        if self.msg_send {
+            let len = sges.iter().map(|s| s.length as usize).sum();
+            return self.post_msg_send(wr, len, pool, bytes, m);
+        }
         wr.wr_id = wr_id(pool, bytes, m);
         wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wr.imm_data = m.to_be();
         post_send(self.qp, &mut wr)
     }
 
-    /// `post_msg_write` on iWARP: the write (if it carries bytes), then `m` as a SEND.
-    #[allow(clippy::too_many_arguments)]
+    /// `post_msg_write` on iWARP: `wr` (a write of `len` bytes) if it carries any,
+    /// then `m` as a SEND.
     #[inline(never)]
-    fn post_msg_send(
-        &mut self,
-        pool: u64,
-        sges: &mut [ibv_sge],
-        inline: bool,
-        bytes: usize,
-        m: u32,
-        raddr: u64,
-        rkey: u32,
-    ) -> Result<()> {
-        let len: usize = sges.iter().map(|s| s.length as usize).sum();
-        let mut wr = write_wr(sges, inline, raddr, rkey);
+    fn post_msg_send(&mut self, mut wr: ibv_send_wr, len: usize, pool: u64, bytes: usize, m: u32) -> Result<()> {
         if len > 0 {
             wr.wr_id = wr_id(pool, bytes, msg(OP_WRITE, 0));
             wr.opcode = IBV_WR_RDMA_WRITE;
             post_send(self.qp, &mut wr)?;
         }
         let word = m.to_ne_bytes();
-        let mut s = ibv_sge { addr: word.as_ptr() as u64, length: 4, lkey: 0 };
-        // SAFETY: all-zero is a valid work request.
-        let mut send: ibv_send_wr = unsafe { std::mem::zeroed() };
+        let mut s = [ibv_sge { addr: word.as_ptr() as u64, length: 4, lkey: 0 }];
+        let mut send = write_wr(&mut s, true, 0, 0);
         send.wr_id = wr_id(pool, if len > 0 { 0 } else { bytes }, m);
-        send.sg_list = &mut s;
-        send.num_sge = 1;
         send.opcode = IBV_WR_SEND;
-        send.send_flags = IBV_SEND_INLINE;
         let r = post_send(self.qp, &mut send);
         if r.is_err() && len > 0 {
             // The WRITE is posted and gives its ring bytes back when it completes, so the
@@ -596,15 +583,9 @@ impl Conn {
             // SAFETY: stack lives until the post below returns.
             None => unsafe { self.stage(src, len, &mut stack) },
         };
-        // SAFETY: all-zero is a valid work request.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        let mut wr = write_wr(sges.as_mut(), inline, raddr, rkey);
         wr.wr_id = wr_id(POOL_DATA, bytes, msg(OP_WRITE, 0));
-        let sg = sges.as_mut();
-        wr.sg_list = sg.as_mut_ptr();
-        wr.num_sge = sg.len() as i32;
         wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.send_flags = if inline { IBV_SEND_INLINE } else { 0 };
-        wr.wr.rdma = ibv_send_wr_rdma { remote_addr: raddr, rkey };
         if let Err(e) = post_send(self.qp, &mut wr) {
             self.unstage(bytes);
             return Err(e);
@@ -648,8 +629,7 @@ impl Conn {
     pub fn send_ctrl(&mut self, ctrl: u32) -> Result<()> {
         let m = msg(OP_CTRL, ctrl);
         if ctrl == CTRL_KEEPALIVE {
-            // SAFETY: all-zero is a valid work request.
-            let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+            let mut wr = write_wr(&mut [], false, 0, 0);
             wr.wr_id = wr_id(POOL_CTRL, 0, m);
             wr.opcode = IBV_WR_RDMA_WRITE;
             post_send(self.qp, &mut wr)?;
