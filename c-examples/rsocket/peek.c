@@ -4,8 +4,9 @@
  * the rest first in line, and nothing is lost or repeated; rreadv and
  * rrecvmsg scatter the same stream over several buffers. A repeated peek
  * sees data that arrived after the data it already saw. MSG_PEEK with
- * MSG_WAITALL waits, as TCP's, until the whole request is queued; a
- * non-blocking one, or one SO_RCVTIMEO ends, sees what is there. */
+ * MSG_WAITALL waits, as TCP's, until the whole request is queued or the
+ * peer sends no more; a non-blocking one, or one SO_RCVTIMEO ends, sees
+ * what is there. */
 #include <sys/uio.h>
 
 #include "rs_util.h"
@@ -132,6 +133,15 @@ int main(int argc, char **argv)
 		CHECK(rrecv(c, buf, 8, 0) == 4, "read them", "%s", strerror(errno));
 		CHECK_ERRNO(rrecv(c, buf, 8, MSG_PEEK | MSG_WAITALL), EAGAIN,
 			    "with nothing queued it ends in EAGAIN at SO_RCVTIMEO");
+		/* No timeout any more: only the peer's shutdown can end the next wait. */
+		tv.tv_usec = 0;
+		CHECK(rsetsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0, "SO_RCVTIMEO off", "%s",
+		      strerror(errno));
+		CHECK(rsend(s, "end", 3, 0) == 3 && peek_until(c, buf, 3) == 3 && rshutdown(s, SHUT_WR) == 0,
+		      "three bytes, then the peer's SHUT_WR", "%s", strerror(errno));
+		memset(buf, 0, sizeof(buf));
+		CHECK(rrecv(c, buf, 8, MSG_PEEK | MSG_WAITALL) == 3 && !memcmp(buf, "end", 3),
+		      "MSG_PEEK|MSG_WAITALL returns what is queued once the peer sends no more", "got '%.3s'", buf);
 	}
 
 	rclose(c);

@@ -6,7 +6,8 @@
  * if it moved none), and the peer receives exactly those bytes. A blocking
  * rrecv with MSG_WAITALL interrupted after part of the data arrived returns
  * that part (-1/EINTR when nothing arrived), as recv(2) does and upstream's
- * rrecv (its loop returns what it copied). rpoll with a timeout is never
+ * rrecv (its loop returns what it copied); with MSG_PEEK too, the part is
+ * returned and stays queued. rpoll with a timeout is never
  * restarted (signal(7), upstream's poll(2)): -1/EINTR with either handler. */
 #include "rs_util.h"
 
@@ -66,8 +67,8 @@ static void partial_send(int c, int peer)
 	free(in);
 }
 
-/* rrecv(MSG_WAITALL) of 8 bytes with 2 of them there, then with none, each interrupted 200 ms in. */
-static void waitall(int c, int peer)
+/* rrecv(MSG_WAITALL | peek) of 8 bytes with 2 of them there, then with none, each interrupted 200 ms in. */
+static void waitall(int c, int peer, int peek)
 {
 	struct check_poke pk;
 	char buf[8] = { 0 };
@@ -80,15 +81,21 @@ static void waitall(int c, int peer)
 		fatal("the first 2 bytes did not arrive: %s", strerror(errno));
 	check_poke_me(&pk, NULL, NULL);
 	errno = 0;
-	n = rrecv(c, buf, sizeof(buf), MSG_WAITALL);
+	n = rrecv(c, buf, sizeof(buf), MSG_WAITALL | peek);
 	err = errno;
 	pthread_join(pk.thread, NULL);
 	CHECK(n == 2 && !memcmp(buf, "ab", 2) && check_signals == 1,
-	      "an interrupted rrecv with MSG_WAITALL returns the part that arrived",
+	      peek ? "an interrupted rrecv with MSG_PEEK|MSG_WAITALL returns the part that arrived"
+		   : "an interrupted rrecv with MSG_WAITALL returns the part that arrived",
 	      "got %zd errno %d caught %d", n, err, (int)check_signals);
+	if (peek) {
+		memset(buf, 0, sizeof(buf));
+		n = rrecv(c, buf, sizeof(buf), MSG_DONTWAIT);
+		CHECK(n == 2 && !memcmp(buf, "ab", 2), "and the peeked part is still queued", "got %zd: %.2s", n, buf);
+	}
 	check_poke_me(&pk, NULL, NULL);
 	errno = 0;
-	n = rrecv(c, buf, sizeof(buf), MSG_WAITALL);
+	n = rrecv(c, buf, sizeof(buf), MSG_WAITALL | peek);
 	err = errno;
 	pthread_join(pk.thread, NULL);
 	CHECK(n == -1 && err == EINTR && check_signals == 2, "with nothing arrived: -1/EINTR",
@@ -148,7 +155,8 @@ int main(int argc, char **argv)
 			      "got %zd errno %d caught %d", n, err, (int)check_signals);
 	}
 	partial_send(c, peer);
-	waitall(c, peer);
+	waitall(c, peer, 0);
+	waitall(c, peer, MSG_PEEK);
 	rpoll_eintr(c);
 	rclose(c);
 	rclose(peer);
