@@ -10,9 +10,13 @@ REALNAME    := librdmacm.so.$(VERSION)
 CARGO       ?= cargo
 CC          ?= cc
 PROFILE     ?= release
-CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
-STATICLIB   := target/$(PROFILE)/librdmacm.a
-LIBDIR_OUT  := build/lib
+# TARGET_DIR, LIBDIR_OUT and LINK_STRIP let tools/build-symbols.sh build the same
+# libraries unstripped, elsewhere.
+TARGET_DIR  ?= target
+CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,) --target-dir $(TARGET_DIR)
+STATICLIB   := $(TARGET_DIR)/$(PROFILE)/librdmacm.a
+LIBDIR_OUT  ?= build/lib
+LINK_STRIP  ?= -s
 NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
 PREFIX      ?= /usr/local
@@ -35,7 +39,7 @@ lib: staticlib librdmacm.map
 	$(CC) -shared -o $(LIBDIR_OUT)/$(REALNAME) \
 	  -Wl,--whole-archive $(STATICLIB) -Wl,--no-whole-archive \
 	  -Wl,--version-script=librdmacm.map -Wl,-soname,$(SONAME) \
-	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed -s \
+	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed $(LINK_STRIP) \
 	  -libverbs $(NATIVE_LIBS)
 	ln -sf $(REALNAME) $(LIBDIR_OUT)/$(SONAME)
 	ln -sf $(SONAME) $(LIBDIR_OUT)/librdmacm.so

@@ -3,10 +3,10 @@
 # `make test-softverbs` runs every softverbs check and ends with "N passed, M failed".
 
 SV_DIR       := softverbs
-SV_OUT       := build/lib/soft
+SV_OUT       := $(LIBDIR_OUT)/soft
 SV_SONAME    := libibverbs.so.1
 SV_REALNAME  := libibverbs.so.1.14.0
-SV_STATICLIB := target/$(PROFILE)/libsoftverbs.a
+SV_STATICLIB := $(TARGET_DIR)/$(PROFILE)/libsoftverbs.a
 
 .PHONY: softverbs softverbs-staticlib test-softverbs
 
@@ -18,7 +18,7 @@ softverbs: softverbs-staticlib $(SV_DIR)/libibverbs.map
 	$(CC) -shared -o $(SV_OUT)/$(SV_REALNAME) \
 	  -Wl,--whole-archive $(SV_STATICLIB) -Wl,--no-whole-archive \
 	  -Wl,--version-script=$(SV_DIR)/libibverbs.map -Wl,-soname,$(SV_SONAME) \
-	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed -s \
+	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed $(LINK_STRIP) \
 	  $(NATIVE_LIBS)
 	ln -sf $(SV_REALNAME) $(SV_OUT)/$(SV_SONAME)
 

@@ -13,7 +13,7 @@ all: rspreload
 rspreload:
 	$(CARGO) build $(CARGO_FLAGS) -p rspreload
 	mkdir -p $(LIBDIR_OUT)
-	install -m 0755 target/$(PROFILE)/librspreload.so $(RSP_LIB)
+	install -m 0755 $(TARGET_DIR)/$(PROFILE)/librspreload.so $(RSP_LIB)
 
 test-rsocket: all
 	bash tests/rsocket/run.sh

@@ -6,9 +6,9 @@
 
 use super::context::Context;
 use crate::sys::random_u32;
+use common::inthash::IntMap;
 use rdma_abi::verbs::*;
 use std::cell::UnsafeCell;
-use common::inthash::IntMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 
