@@ -2,7 +2,7 @@
 //! allocation handed to the application by `rdma_get_cm_event` until it acks it.
 
 use super::id::IdCore;
-use super::registry::{self, Kind};
+use super::slab;
 use crate::sys::{Errno, Result};
 use rdma_abi::cma::{rdma_cm_event, rdma_cm_event_param, rdma_cm_id};
 use std::sync::Arc;
@@ -87,8 +87,8 @@ impl Head {
     }
 }
 
-/// The allocation of an event not filled yet (made before the wait).
-pub type Slot = Box<std::mem::MaybeUninit<EventBox>>;
+/// The cell of an event not filled yet (taken before the wait).
+pub use super::slab::Slot;
 
 /// What C sees, the public struct first; private data lives inside the same
 /// allocation so it stays valid until the ack.
@@ -103,19 +103,17 @@ impl EventBox {
     /// Turns a handed-out pending event into the allocation given to the
     /// application (acked with `ack`).
     pub fn deliver(p: Pending) -> *mut rdma_cm_event {
-        Self::deliver_in(Box::new_uninit(), p)
+        Self::deliver_in(Slot::new(), p)
     }
 
-    /// `deliver` into an allocation made before the wait (as upstream's
-    /// rdma_get_cm_event allocates its event before it blocks: a thread's
-    /// first allocation, which sets up its malloc arena, then happens before
-    /// the first event, not while the application waits for it).
+    /// `deliver` into a cell taken before the wait (as upstream's
+    /// rdma_get_cm_event allocates its event before it blocks).
     pub fn deliver_in(slot: Slot, p: Pending) -> *mut rdma_cm_event {
         let Pending { owner, id, listen_id, event, status, param, private, ud } = p;
         Self::write(slot, Head { owner, id, listen_id, event, status, param, ud }, &private)
     }
 
-    /// Fills `slot` with a handed-out event and registers it: the event the
+    /// Fills `slot` with a handed-out event and makes it live: the event the
     /// application gets.
     pub fn write(mut slot: Slot, h: Head, private: &[u8]) -> *mut rdma_cm_event {
         let e = slot.as_mut_ptr();
@@ -145,21 +143,14 @@ impl EventBox {
                 param,
             });
             std::ptr::addr_of_mut!((*e).owner).write(h.owner);
-            slot.assume_init()
+            slot.publish()
         };
-        let ptr = Box::into_raw(b) as *mut rdma_cm_event;
-        registry::register(ptr, Kind::Event);
-        ptr
+        b as *mut rdma_cm_event
     }
 
-    /// Frees a delivered event and counts it as acked on its owner.
+    /// Gives back a delivered event's cell and counts it as acked on its owner.
     pub fn ack(ev: *mut rdma_cm_event) -> Result<()> {
-        if !registry::unregister(ev, Kind::Event) {
-            return Err(Errno::EINVAL);
-        }
-        // SAFETY: the registry held this pointer, so it came from Box::into_raw
-        // in `deliver` and is freed only here, once (it was just unregistered).
-        let EventBox { owner, .. } = *unsafe { Box::from_raw(ev as *mut EventBox) };
+        let owner = slab::take_live(ev as *mut EventBox).ok_or(Errno::EINVAL)?;
         owner.acked();
         Ok(())
     }
@@ -169,9 +160,7 @@ impl EventBox {
     /// CONNECT_REQUEST kept by rdma_get_request's new id is about that id,
     /// owned by the listener.
     pub fn is_about(ev: *const rdma_cm_event, id: IdPtr) -> bool {
-        // SAFETY: a live event handle points at an EventBox from `deliver`, not
-        // freed while the registry's lock is held.
-        registry::with_live(ev, Kind::Event, || unsafe { (*(ev as *const EventBox)).public.id } == id.0).unwrap_or(false)
+        slab::with_live(ev as *const EventBox, |e| e.public.id == id.0).unwrap_or(false)
     }
 }
 

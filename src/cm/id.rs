@@ -302,7 +302,7 @@ impl IdCore {
     pub fn deliver_or_post(self: &Arc<Self>, h: Head, private: &[u8], ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Option<*mut rdma_cm_event> {
         if self.is_on(ch) {
             self.handed_out();
-            return Some(EventBox::write(slot.take().unwrap_or_else(Box::new_uninit), h, private));
+            return Some(EventBox::write(slot.take().unwrap_or_else(Slot::new), h, private));
         }
         self.post(h.pending(private));
         None
@@ -349,7 +349,7 @@ impl IdCore {
     /// status into an errno.
     pub fn complete(self: &Arc<Self>) -> Result<()> {
         self.ack_stored_event()?;
-        let ev = self.channel().next(Box::new_uninit())?;
+        let ev = self.channel().next(Slot::new())?;
         // SAFETY: the event just delivered, not handed to the application yet.
         let (event, status) = unsafe { ((*ev).event, (*ev).status) };
         self.with_public(|pb| pb.event = ev)?;

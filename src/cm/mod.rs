@@ -7,6 +7,7 @@ pub mod event;
 pub mod id;
 pub mod options;
 pub mod registry;
+mod slab;
 
 pub use channel::{Channel, ChannelBox};
 pub use event::{EventBox, Head, Pending, Slot};

@@ -68,8 +68,10 @@ fn handles(key: usize) -> MutexGuard<'static, PtrTable> {
 
 /// A set of non-zero addresses with a kind each: open addressing with linear
 /// probing and backward-shift deletion (no tombstones), at most half full.
+/// A slot is `[address, hash << 2 | kind]` (address 0: empty): the hash is
+/// kept so a removal's shifting does not mix every entry it passes again.
 struct PtrTable {
-    slots: Vec<(usize, Kind)>,
+    slots: Vec<[usize; 2]>,
     len: usize,
 }
 
@@ -86,9 +88,14 @@ impl PtrTable {
         self.slots.len().wrapping_sub(1)
     }
 
-    /// Where `key` would sit if nothing collided: the address mixed (`inthash::mix`).
-    fn home(&self, key: usize) -> usize {
-        common::inthash::mix(key as u64) as usize & self.mask()
+    /// The address mixed (`inthash::mix`), kept in its slot.
+    fn hash(key: usize) -> usize {
+        common::inthash::mix(key as u64) as usize
+    }
+
+    /// Where an entry of hash `h` would sit if nothing collided.
+    fn home(&self, h: usize) -> usize {
+        h & self.mask()
     }
 
     /// The slot holding `key`, if any.
@@ -96,9 +103,9 @@ impl PtrTable {
         if self.slots.is_empty() {
             return None;
         }
-        let mut i = self.home(key);
+        let mut i = self.home(Self::hash(key));
         loop {
-            match self.slots[i].0 {
+            match self.slots[i][0] {
                 0 => return None,
                 k if k == key => return Some(i),
                 _ => i = (i + 1) & self.mask(),
@@ -106,8 +113,16 @@ impl PtrTable {
         }
     }
 
+    fn kind_at(&self, i: usize) -> Kind {
+        match self.slots[i][1] & 3 {
+            0 => Kind::Channel,
+            1 => Kind::Id,
+            _ => Kind::Event,
+        }
+    }
+
     fn get(&self, key: usize) -> Option<Kind> {
-        self.find(key).map(|i| self.slots[i].1)
+        self.find(key).map(|i| self.kind_at(i))
     }
 
     fn insert(&mut self, key: usize, kind: Kind) {
@@ -115,16 +130,21 @@ impl PtrTable {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        let mut i = self.home(key);
+        self.place(key, Self::hash(key) << 2 | kind as usize);
+    }
+
+    /// Puts `key` with its slot word `meta` (hash and kind) in place.
+    fn place(&mut self, key: usize, meta: usize) {
+        let mut i = self.home(meta >> 2);
         loop {
-            match self.slots[i].0 {
+            match self.slots[i][0] {
                 0 => {
-                    self.slots[i] = (key, kind);
+                    self.slots[i] = [key, meta];
                     self.len += 1;
                     return;
                 }
                 k if k == key => {
-                    self.slots[i].1 = kind;
+                    self.slots[i][1] = meta;
                     return;
                 }
                 _ => i = (i + 1) & self.mask(),
@@ -134,11 +154,16 @@ impl PtrTable {
 
     fn grow(&mut self) {
         let n = (self.slots.len() * 2).max(Self::FIRST);
-        let old = std::mem::replace(&mut self.slots, vec![(0, Kind::Id); n]);
+        // Filled by stores, not `vec![]`'s zeroing allocation: calloc
+        // clears with `rep stosb`, which valgrind and qemu's TCG (the VM
+        // benchmark) run byte by byte, ~6x the instructions of this loop.
+        let mut slots = Vec::with_capacity(n);
+        slots.resize(n, [0; 2]);
+        let old = std::mem::replace(&mut self.slots, slots);
         self.len = 0;
-        for (k, kind) in old {
+        for [k, meta] in old {
             if k != 0 {
-                self.insert(k, kind);
+                self.place(k, meta);
             }
         }
     }
@@ -146,25 +171,25 @@ impl PtrTable {
     /// Removes `key` when it is there with `kind`; whether it was.
     fn remove(&mut self, key: usize, kind: Kind) -> bool {
         let Some(mut hole) = self.find(key) else { return false };
-        if self.slots[hole].1 != kind {
+        if self.kind_at(hole) != kind {
             return false;
         }
-        self.slots[hole].0 = 0;
+        self.slots[hole][0] = 0;
         self.len -= 1;
         // Entries after the hole that probed past it move back into it.
         let mut j = hole;
         loop {
             j = (j + 1) & self.mask();
-            let k = self.slots[j].0;
+            let [k, meta] = self.slots[j];
             if k == 0 {
                 return true;
             }
-            let home = self.home(k);
+            let home = self.home(meta >> 2);
             // Stays when its home lies cyclically in (hole, j].
             let stays = if hole <= j { hole < home && home <= j } else { hole < home || home <= j };
             if !stays {
-                self.slots[hole] = self.slots[j];
-                self.slots[j].0 = 0;
+                self.slots[hole] = [k, meta];
+                self.slots[j][0] = 0;
                 hole = j;
             }
         }

@@ -145,7 +145,7 @@ impl Rig {
         let (tx, rx) = std::sync::mpsc::channel();
         let ch = self.ch.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(ch.next(Box::new_uninit()).map(|e| e as usize));
+            let _ = tx.send(ch.next(Slot::new()).map(|e| e as usize));
         });
         let ev = rx.recv_timeout(Duration::from_secs(5)).expect("next returned")? as *mut rdma_cm_event;
         // SAFETY: the event just delivered; USER events carry `arg`.

@@ -164,10 +164,10 @@ fn an_event_read_for_a_migrated_id_goes_to_its_new_channel() {
     IdBox::migrate(moved, b).unwrap();
     let (stay_core, moved_core) = (IdBox::lookup(stay).unwrap(), IdBox::lookup(moved).unwrap());
     // A reader of `a` got one event for each id from the backend.
-    let mut slot = Some(Box::new_uninit());
+    let mut slot = Some(Slot::new());
     let mine = stay_core.deliver_or_post(stay_core.head(RDMA_CM_EVENT_USER, 0, event::Param::arg(1)), &[], &cha, &mut slot);
     assert!(mine.is_some() && slot.is_none(), "an event for an id on the reader's channel is the reader's");
-    let mut slot = Some(Box::new_uninit());
+    let mut slot = Some(Slot::new());
     let theirs = moved_core.deliver_or_post(moved_core.head(RDMA_CM_EVENT_USER, 0, event::Param::arg(2)), &[], &cha, &mut slot);
     assert!(theirs.is_none() && slot.is_some(), "an event for an id that moved is not the reader's");
     assert!(readable(chb.fd()), "it waits on the id's new channel");

@@ -22,7 +22,7 @@ entry! {
     fn rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> i32 {
         let ch = ChannelBox::lookup(channel)?;
         super::args::non_null(event)?;
-        let ev = ch.next(Box::new_uninit())?;
+        let ev = ch.next(crate::cm::Slot::new())?;
         if crate::trace::enabled() {
             // SAFETY: the event we just delivered.
             let e = unsafe { &*ev };
