@@ -88,6 +88,8 @@ pub struct QpState {
     pub sq: VecDeque<SendWqe>,
     pub sent: usize,
     pub rd_in_flight: u32,
+    /// Payload bytes of transmitted SEND/WRITE requests not yet acknowledged.
+    pub bytes_in_flight: usize,
     pub next_psn: u32,
     pub rq: VecDeque<RecvWqe>,
     pub out: Option<Arc<dyn Link>>,
@@ -200,6 +202,7 @@ impl Qp {
                 sq: VecDeque::new(),
                 sent: 0,
                 rd_in_flight: 0,
+                bytes_in_flight: 0,
                 next_psn: 0,
                 rq: VecDeque::new(),
                 out: None,
@@ -296,6 +299,7 @@ impl Qp {
         st.sq.clear();
         st.sent = 0;
         st.rd_in_flight = 0;
+        st.bytes_in_flight = 0;
         st.rq.clear();
         if let Some(l) = st.out.take() {
             l.close();
@@ -333,6 +337,7 @@ impl Qp {
         }
         st.sent = 0;
         st.rd_in_flight = 0;
+        st.bytes_in_flight = 0;
         for r in st.rq.drain(..) {
             self.recv_cq.push(wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn), false);
         }

@@ -331,6 +331,9 @@ pub fn pump(qp: &Qp, st: &mut QpState) {
         if st.sq[i].rd_atomic && st.rd_in_flight >= (st.attr.max_rd_atomic as u32).max(1) {
             return;
         }
+        if !st.sq[i].rd_atomic && st.bytes_in_flight > 0 && st.bytes_in_flight + st.sq[i].len as usize > window() {
+            return;
+        }
         let link = match &st.out {
             Some(l) if !l.is_dead() => l.clone(),
             Some(_) if st.sent > 0 => return, // the engine reports the link down first
@@ -374,9 +377,31 @@ pub fn pump(qp: &Qp, st: &mut QpState) {
         }
         if w.rd_atomic {
             st.rd_in_flight += 1;
+        } else {
+            st.bytes_in_flight += w.len as usize;
         }
         st.sent += 1;
     }
+}
+
+/// Most SEND/WRITE payload bytes a QP has transmitted and not seen acknowledged (a request
+/// larger than this still leaves alone). What is beyond it waits in the send queue, where
+/// it costs nothing, instead of in the kernel's socket queues: on loopback the receiver
+/// copies twice per message (socket to MR, and the application's copy out) where the
+/// sender copies once, so without a bound the sender fills the sockets up to the
+/// application's whole credit (megabytes with large rsocket buffers), and every byte then
+/// costs about three times the CPU (measured: rstream 64 KiB 12-13 Gb/s unbounded,
+/// 35-38 Gb/s at 256 KiB; ib_write_bw 1.5 GB/s, 6.3 GB/s; 128 KiB already stalls the
+/// sender and 320 KiB and more falls back to the slow mode in most runs).
+/// `SOFTVERBS_TX_WINDOW` (bytes) overrides it, e.g. for peers on other hosts, where a
+/// round trip takes longer than on loopback.
+const TX_WINDOW: usize = 256 << 10;
+
+fn window() -> usize {
+    static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *W.get_or_init(|| {
+        std::env::var("SOFTVERBS_TX_WINDOW").ok().and_then(|v| v.trim().parse().ok()).filter(|&w| w > 0).unwrap_or(TX_WINDOW)
+    })
 }
 
 fn status_of(s: Syndrome) -> ibv_wc_status {
@@ -442,6 +467,8 @@ pub fn on_response(qp: &Arc<Qp>, link: &Arc<dyn Link>, h: &Header, payload: &[u8
     st.sent -= 1;
     if rd {
         st.rd_in_flight = st.rd_in_flight.saturating_sub(1);
+    } else {
+        st.bytes_in_flight = st.bytes_in_flight.saturating_sub(w.len as usize);
     }
     if w.signaled {
         let mut c = wc(w.wr_id, IBV_WC_SUCCESS, w.wc_opcode, qp.qpn);
