@@ -42,10 +42,16 @@ unsafe fn addr_out(addr: *mut sockaddr, len: *mut socklen_t, bytes: &[u8]) -> Re
     Ok(())
 }
 
-fn one(buf: *const c_void, len: usize) -> Result<Segs> {
+/// EFAULT for a NULL buffer of some length.
+fn buf_ok(buf: *const c_void, len: usize) -> Result<()> {
     if len > 0 && buf.is_null() {
         return Err(Errno(libc::EFAULT));
     }
+    Ok(())
+}
+
+fn one(buf: *const c_void, len: usize) -> Result<Segs> {
+    buf_ok(buf, len)?;
     Ok(Segs::One([Seg { ptr: buf as *mut u8, len }]))
 }
 
@@ -115,7 +121,8 @@ entry! {
 
 entry! {
     fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
-        rsocket::recv(socket, one(buf, len)?, flags).map(|r| r.0 as isize)
+        buf_ok(buf, len)?;
+        rsocket::recv_one(socket, buf.cast(), len, flags).map(|n| n as isize)
     }
 }
 
@@ -167,7 +174,8 @@ entry! {
 
 entry! {
     fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
-        rsocket::send(socket, one(buf, len)?, flags, None).map(|n| n as isize)
+        buf_ok(buf, len)?;
+        rsocket::send_one(socket, buf.cast(), len, flags).map(|n| n as isize)
     }
 }
 
@@ -202,7 +210,8 @@ entry! {
 
 entry! {
     fn rread(socket: c_int, buf: *mut c_void, count: usize) -> isize {
-        rsocket::recv(socket, one(buf, count)?, 0).map(|r| r.0 as isize)
+        buf_ok(buf, count)?;
+        rsocket::recv_one(socket, buf.cast(), count, 0).map(|n| n as isize)
     }
 }
 
@@ -216,7 +225,8 @@ entry! {
 
 entry! {
     fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> isize {
-        rsocket::send(socket, one(buf, count)?, 0, None).map(|n| n as isize)
+        buf_ok(buf, count)?;
+        rsocket::send_one(socket, buf.cast(), count, 0).map(|n| n as isize)
     }
 }
 

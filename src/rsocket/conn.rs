@@ -827,13 +827,34 @@ impl Conn {
     #[inline]
     fn take_out(&mut self, dst: &mut super::iov::Scatter) -> usize {
         if let Some(p) = dst.single() {
-            // SAFETY: `put` gets at most the room left in the caller's one buffer.
-            let n = self.consume(dst.room, |src, done, n| unsafe { std::ptr::copy_nonoverlapping(src, p.add(done), n) });
+            // SAFETY: the room left in the caller's one buffer.
+            let n = unsafe { self.take_into(p, dst.room) };
             dst.filled(n);
             return n;
         }
         // SAFETY: as above, through the cursor.
         self.consume(dst.room, |src, _, n| unsafe { dst.copy_from(src, n) })
+    }
+
+    /// `copy_out` that consumes, into one buffer.
+    ///
+    /// # Safety
+    /// `p` is writable for `room` bytes.
+    #[inline]
+    pub unsafe fn take_into(&mut self, p: *mut u8, room: usize) -> usize {
+        // SAFETY: `put` gets at most `room` bytes in all, at `p` onwards.
+        self.consume(room, |src, done, n| unsafe { std::ptr::copy_nonoverlapping(src, p.add(done), n) })
+    }
+
+    /// Whether one data message can carry `len` bytes now, whole (`can_send` holds
+    /// and neither the first chunk, the ring nor the peer's advert cuts it).
+    #[inline]
+    pub fn fits_one(&mut self, len: usize) -> bool {
+        len <= self.first_chunk()
+            && len <= self.sbuf_avail
+            && self.iomap_pending.is_empty()
+            && self.can_send()
+            && self.take_target().is_some_and(|t| t.length as usize >= len)
     }
 
     /// Takes up to `room` bytes off the front of the queue, handing each run of

@@ -93,7 +93,7 @@ impl Gather {
 
     /// The next `n` bytes, consumed, when they lie in one segment (sent from
     /// where they are). The one-buffer calls (rsend, rwrite) take the short way.
-    #[inline]
+    #[inline(always)]
     pub fn take_contiguous(&mut self, n: usize) -> Option<*const u8> {
         if let Segs::One([s]) = &self.segs {
             if self.i == 0 && s.len - self.off >= n {

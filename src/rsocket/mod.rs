@@ -215,6 +215,40 @@ pub fn close(fd: i32) -> Result<()> {
     Ok(())
 }
 
+/// A stream rsocket's call that needs no wait (`Stream::send_now`, `recv_now`),
+/// made while the table's read lock is held instead of on a counted reference.
+/// None: not a stream rsocket, or `f` declined; the general path decides.
+#[inline]
+fn on_stream_now<R>(fd: i32, f: impl FnOnce(&Stream) -> Option<R>) -> Option<R> {
+    let t = table();
+    match t.slots.get(usize::try_from(fd).ok()?)? {
+        Some(Sock::Stream(s)) => f(s),
+        _ => None,
+    }
+}
+
+/// rsend/rwrite of one buffer: the common case at once, else `send`.
+#[inline]
+pub fn send_one(fd: i32, buf: *const u8, len: usize, flags: i32) -> Result<usize> {
+    if !buf.is_null() {
+        if let Some(r) = on_stream_now(fd, |s| s.send_now(buf, len)) {
+            return r;
+        }
+    }
+    send(fd, Segs::One([iov::Seg { ptr: buf as *mut u8, len }]), flags, None)
+}
+
+/// rrecv/rread of one buffer: the common case at once, else `recv`.
+#[inline]
+pub fn recv_one(fd: i32, buf: *mut u8, len: usize, flags: i32) -> Result<usize> {
+    if !buf.is_null() {
+        if let Some(r) = on_stream_now(fd, |s| s.recv_now(buf, len, flags)) {
+            return r;
+        }
+    }
+    recv(fd, Segs::One([iov::Seg { ptr: buf, len }]), flags).map(|r| r.0)
+}
+
 /// rsend/rsendto/rsendmsg/rwrite/rwritev.
 pub fn send(fd: i32, segs: Segs, flags: i32, dest: Option<&[u8]>) -> Result<usize> {
     let mut g = Gather::new(segs);

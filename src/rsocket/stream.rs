@@ -11,7 +11,7 @@
 use super::cm::{self, Id};
 use super::config::*;
 use super::conn::Conn;
-use super::iov::{Gather, Scatter};
+use super::iov::{Gather, Scatter, Seg, Segs};
 use super::opts::Opts;
 use super::poll::{self, Count, Sleepers, Sleepy};
 use super::wire::*;
@@ -830,6 +830,64 @@ impl Stream {
             }
         }
         Ok(sent)
+    }
+
+    /// `send` of one buffer in its common case, without the general path's waits
+    /// and loop: an open stream whose lock is free, and `len` bytes (more than 0)
+    /// that one message carries whole now. None: not that case (nothing was done),
+    /// `send` decides; otherwise the result `send` would have given.
+    #[inline]
+    pub fn send_now(&self, buf: *const u8, len: usize) -> Option<Result<usize>> {
+        let mut st = self.st.try_lock().ok()?;
+        if st.phase != Phase::Open || !st.writable || len == 0 {
+            return None;
+        }
+        let c = st.conn.as_mut()?;
+        if !c.fits_one(len) {
+            return None;
+        }
+        let mut g = Gather::new(Segs::One([Seg { ptr: buf as *mut u8, len }]));
+        if let Err(e) = c.send_data(&mut g, len) {
+            return Some(Err(e));
+        }
+        if st.opts.keepalive {
+            st.last_send = Instant::now();
+        }
+        Some(Ok(len))
+    }
+
+    /// `recv` into one buffer, without MSG_PEEK or MSG_WAITALL, on an open stream
+    /// whose lock is free, when its first look settles the call: data to copy, or
+    /// none on a non-blocking call (EAGAIN). None: `recv` decides (nothing was
+    /// consumed; a CQ poll it repeats finds at most more).
+    #[inline]
+    pub fn recv_now(&self, buf: *mut u8, len: usize, flags: i32) -> Option<Result<usize>> {
+        if flags & (libc::MSG_PEEK | libc::MSG_WAITALL) != 0 || len == 0 {
+            return None;
+        }
+        let mut st = self.st.try_lock().ok()?;
+        if st.phase != Phase::Open {
+            return None;
+        }
+        // As `recv`'s first pass: no CQ poll when the first queued message fills the call.
+        if !st.conn.as_ref().is_some_and(|c| c.fills(len)) {
+            self.progress(&mut st);
+        }
+        let open = st.phase == Phase::Open;
+        if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
+            // SAFETY: the caller's buffer of `len` bytes (rrecv's contract).
+            let got = unsafe { c.take_into(buf, len) };
+            if got > 0 {
+                c.update_credits(open);
+                if !st.have_data() && !open {
+                    st.gen += 1; // the last data of a closed connection is read: POLLHUP now
+                }
+                self.notify(&mut st);
+                return Some(Ok(got));
+            }
+        }
+        let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
+        (nonblock && open && st.readable).then_some(Err(Errno::EAGAIN))
     }
 
     /// Completes a connection attempt before a data call (EAGAIN while it
