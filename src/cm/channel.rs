@@ -139,7 +139,7 @@ impl Channel {
     pub fn next(self: &Arc<Self>, slot: Slot) -> Result<*mut rdma_cm_event> {
         let mut slot = Some(slot);
         match self.get(&mut slot)? {
-            Got::Queued(p) => Ok(EventBox::deliver_in(slot.take().unwrap_or_else(Slot::new), p)),
+            Got::Queued(p) => Ok(EventBox::deliver_in(slot.take().unwrap_or_default(), p)),
             Got::Delivered(e) => Ok(e),
         }
     }

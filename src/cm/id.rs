@@ -302,7 +302,7 @@ impl IdCore {
     pub fn deliver_or_post(self: &Arc<Self>, h: Head, private: &[u8], ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Option<*mut rdma_cm_event> {
         if self.is_on(ch) {
             self.handed_out();
-            return Some(EventBox::write(slot.take().unwrap_or_else(Slot::new), h, private));
+            return Some(EventBox::write(slot.take().unwrap_or_default(), h, private));
         }
         self.post(h.pending(private));
         None

@@ -76,6 +76,12 @@ pub struct Slot {
 // SAFETY: the cell is this Slot's alone until it is published or dropped.
 unsafe impl Send for Slot {}
 
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot::new()
+    }
+}
+
 impl Slot {
     pub fn new() -> Slot {
         let mut s = lock(&SLAB);

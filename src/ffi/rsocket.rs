@@ -122,7 +122,8 @@ entry! {
 entry! {
     fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
         buf_ok(buf, len)?;
-        rsocket::recv_one(socket, buf.cast(), len, flags).map(|n| n as isize)
+        // SAFETY: the caller's buffer (NULL only when empty: checked above).
+        unsafe { rsocket::recv_one(socket, buf.cast(), len, flags) }.map(|n| n as isize)
     }
 }
 
@@ -175,7 +176,8 @@ entry! {
 entry! {
     fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
         buf_ok(buf, len)?;
-        rsocket::send_one(socket, buf.cast(), len, flags).map(|n| n as isize)
+        // SAFETY: the caller's buffer (NULL only when empty: checked above).
+        unsafe { rsocket::send_one(socket, buf.cast(), len, flags) }.map(|n| n as isize)
     }
 }
 
@@ -211,7 +213,8 @@ entry! {
 entry! {
     fn rread(socket: c_int, buf: *mut c_void, count: usize) -> isize {
         buf_ok(buf, count)?;
-        rsocket::recv_one(socket, buf.cast(), count, 0).map(|n| n as isize)
+        // SAFETY: the caller's buffer (NULL only when empty: checked above).
+        unsafe { rsocket::recv_one(socket, buf.cast(), count, 0) }.map(|n| n as isize)
     }
 }
 
@@ -226,7 +229,8 @@ entry! {
 entry! {
     fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> isize {
         buf_ok(buf, count)?;
-        rsocket::send_one(socket, buf.cast(), count, 0).map(|n| n as isize)
+        // SAFETY: the caller's buffer (NULL only when empty: checked above).
+        unsafe { rsocket::send_one(socket, buf.cast(), count, 0) }.map(|n| n as isize)
     }
 }
 

@@ -228,10 +228,14 @@ fn on_stream_now<R>(fd: i32, f: impl FnOnce(&Stream) -> Option<R>) -> Option<R> 
 }
 
 /// rsend/rwrite of one buffer: the common case at once, else `send`.
+///
+/// # Safety
+/// `buf` is NULL or readable for `len` bytes.
 #[inline]
-pub fn send_one(fd: i32, buf: *const u8, len: usize, flags: i32) -> Result<usize> {
+pub unsafe fn send_one(fd: i32, buf: *const u8, len: usize, flags: i32) -> Result<usize> {
     if !buf.is_null() {
-        if let Some(r) = on_stream_now(fd, |s| s.send_now(buf, len)) {
+        // SAFETY: forwarded.
+        if let Some(r) = on_stream_now(fd, |s| unsafe { s.send_now(buf, len) }) {
             return r;
         }
     }
@@ -239,10 +243,14 @@ pub fn send_one(fd: i32, buf: *const u8, len: usize, flags: i32) -> Result<usize
 }
 
 /// rrecv/rread of one buffer: the common case at once, else `recv`.
+///
+/// # Safety
+/// `buf` is NULL or writable for `len` bytes.
 #[inline]
-pub fn recv_one(fd: i32, buf: *mut u8, len: usize, flags: i32) -> Result<usize> {
+pub unsafe fn recv_one(fd: i32, buf: *mut u8, len: usize, flags: i32) -> Result<usize> {
     if !buf.is_null() {
-        if let Some(r) = on_stream_now(fd, |s| s.recv_now(buf, len, flags)) {
+        // SAFETY: forwarded.
+        if let Some(r) = on_stream_now(fd, |s| unsafe { s.recv_now(buf, len, flags) }) {
             return r;
         }
     }

@@ -836,8 +836,11 @@ impl Stream {
     /// and loop: an open stream whose lock is free, and `len` bytes (more than 0)
     /// that one message carries whole now. None: not that case (nothing was done),
     /// `send` decides; otherwise the result `send` would have given.
+    ///
+    /// # Safety
+    /// `buf` is readable for `len` bytes.
     #[inline]
-    pub fn send_now(&self, buf: *const u8, len: usize) -> Option<Result<usize>> {
+    pub unsafe fn send_now(&self, buf: *const u8, len: usize) -> Option<Result<usize>> {
         let mut st = self.st.try_lock().ok()?;
         if st.phase != Phase::Open || !st.writable || len == 0 {
             return None;
@@ -860,8 +863,11 @@ impl Stream {
     /// whose lock is free, when its first look settles the call: data to copy, or
     /// none on a non-blocking call (EAGAIN). None: `recv` decides (nothing was
     /// consumed; a CQ poll it repeats finds at most more).
+    ///
+    /// # Safety
+    /// `buf` is writable for `len` bytes.
     #[inline]
-    pub fn recv_now(&self, buf: *mut u8, len: usize, flags: i32) -> Option<Result<usize>> {
+    pub unsafe fn recv_now(&self, buf: *mut u8, len: usize, flags: i32) -> Option<Result<usize>> {
         if flags & (libc::MSG_PEEK | libc::MSG_WAITALL) != 0 || len == 0 {
             return None;
         }
@@ -875,7 +881,7 @@ impl Stream {
         }
         let open = st.phase == Phase::Open;
         if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
-            // SAFETY: the caller's buffer of `len` bytes (rrecv's contract).
+            // SAFETY: the caller's buffer of `len` bytes.
             let got = unsafe { c.take_into(buf, len) };
             if got > 0 {
                 c.update_credits(open);
