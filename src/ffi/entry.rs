@@ -51,7 +51,11 @@ impl<T> CRet for *const T {
 }
 
 /// Converts the body's outcome; errno is set after every local of the body
-/// has been dropped, so nothing can clobber it.
+/// has been dropped, so nothing can clobber it. Out of line: `entry!` returns
+/// an untraced call's result itself, so the common call neither builds the
+/// arguments' closure nor calls this.
+#[cold]
+#[inline(never)]
 pub fn finish<T: CRet>(
     name: &str,
     t0: Option<Instant>,
@@ -88,6 +92,16 @@ macro_rules! entry {
             let r = ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(
                 || -> $crate::sys::Result<$ret> { $body },
             ));
+            // Untraced, a return needs no more than errno (set after the body's
+            // locals are dropped, as in `finish`).
+            let r = match (t0.is_none(), r) {
+                (true, Ok(Ok(v))) => return v,
+                (true, Ok(Err(e))) => {
+                    $crate::sys::set_errno(e);
+                    return <$ret as $crate::ffi::entry::CRet>::failed();
+                }
+                (_, r) => r,
+            };
             $crate::ffi::entry::finish(stringify!($name), t0, || {
                 let parts: ::std::vec::Vec<::std::string::String> =
                     ::std::vec![$(format!("{:?}", $arg)),*];

@@ -5,6 +5,7 @@
 # and 64-byte ping-pong (latency). Prints the ratio ours/Debian of the time
 # per transfer with min/median/max over the rounds (goal: median <= 1.00).
 # Timings are reported, never asserted; exit status 1 only if a run failed.
+# RS_BASE=DIR: that librdmacm plays "Debian" (an A/B of two builds of ours).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 IP=${QRXE_IP:-10.10.10.1}
@@ -19,6 +20,7 @@ declare -A T   # T[test.lib] = "usec usec ...", one per round ("x": that round f
 one() {
 	local t=$1 lib=$2 args=$3 env=()
 	[ "$lib" = ours ] && env=(LD_LIBRARY_PATH=$OURS)
+	[ "$lib" = debian ] && [ -n "${RS_BASE:-}" ] && env=(LD_LIBRARY_PATH=$RS_BASE)
 	port=$((port+1))
 	env "${env[@]}" timeout 120 rstream -b "$IP" -p $port $args > "$out/$t.$lib.$port.server.log" 2>&1 &
 	local spid=$!
