@@ -45,12 +45,13 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 
-python3 - "$ROUNDS" "${T[bw.debian]:-}" "${T[bw.ours]:-}" "${T[lat.debian]:-}" "${T[lat.ours]:-}" <<'PY'
+python3 - "$ROUNDS" "${T[bw.debian]:-}" "${T[bw.ours]:-}" "${T[lat.debian]:-}" "${T[lat.ours]:-}" "${RS_BASE:+base}" <<'PY'
 import statistics, sys
 rounds = sys.argv[1]
+base = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] else "Debian"
 def vals(s): return [None if x == "x" else float(x) for x in s.split()]  # None: a failed round
-print(f"rstream on rxe, {rounds} rounds each, alternating; us per transfer (median), ratio ours/Debian")
-print(f"{'test':<34}{'Debian':>10}{'ours':>10}{'min':>7}{'median':>8}{'max':>7}")
+print(f"rstream on rxe, {rounds} rounds each, alternating; us per transfer (median), ratio ours/{base}")
+print(f"{'test':<34}{base:>10}{'ours':>10}{'min':>7}{'median':>8}{'max':>7}")
 for name, c, o in (("64 KiB transfers (-S 65536 -C 2000)", sys.argv[2], sys.argv[3]),
                    ("64 B ping-pong (-S 64 -I 10000)", sys.argv[4], sys.argv[5])):
     c, o = vals(c), vals(o)
