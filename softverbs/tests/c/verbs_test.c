@@ -1416,6 +1416,94 @@ static int t_read_parked_unread_bounded(void)
 	return read_flood(1);
 }
 
+/* Reads one whole frame (96-byte header, then its payload) from stream `t` within `secs`:
+ * its opcode, PSN and payload length; -1 when none came. */
+static int read_frame(int t, double secs, uint32_t *psn, uint32_t *plen)
+{
+	static unsigned char buf[96 + (1 << 16)];
+	size_t have = 0, want = 96;
+	double end = now_s() + secs;
+	while (have < want) {
+		struct pollfd pf = { .fd = t, .events = POLLIN };
+		int ms = (int)((end - now_s()) * 1000);
+		if (ms <= 0 || poll(&pf, 1, ms) != 1) return -1;
+		ssize_t n = read(t, buf + have, want - have);
+		if (n <= 0) return -1;
+		have += (size_t)n;
+		if (have == 96) {
+			*psn = get32(buf + 16);
+			*plen = get32(buf + 56);
+			if (*plen > sizeof(buf) - 96) return -1;
+			want = 96 + *plen;
+		}
+	}
+	return buf[3];
+}
+
+#define OP_WRITE 3
+#define OP_ACK 7
+
+static int t_tx_window(void)
+{
+	/* The requester keeps at most 256 KiB of WRITE payload unacknowledged (the rest waits
+	 * in its send queue, not in the kernel's socket queues): a peer that acknowledges
+	 * nothing sees four 64 KiB WRITEs of sixteen; each ACK lets exactly one more leave, and
+	 * every WRITE completes once acknowledged. The peer is the test, on a plain socket. */
+	const uint32_t K64 = 64 * 1024, FAKE_QPN = 0x5a5a5;
+	struct ep a;
+	CHECK(!ep_init(&a, IBV_QPT_RC, RW, 16 * (size_t)K64, NULL), "setup");
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	CHECK(l >= 0 && !bind(l, (struct sockaddr *)&sa, sl) && !listen(l, 1) && !getsockname(l, (struct sockaddr *)&sa, &sl),
+	      "listener");
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(a.ctx, 1, 0, &gid), "gid");
+	CHECK(!cm_ops()->add_peer(a.ctx, &gid, FAKE_QPN, (struct sockaddr *)&sa, sizeof(sa)), "add_peer");
+	CHECK(!to_init(&a, RW), "INIT");
+	struct ibv_qp_attr ra = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = FAKE_QPN,
+				  .rq_psn = 0, .max_dest_rd_atomic = 4, .min_rnr_timer = 12 };
+	ra.ah_attr.is_global = 1;
+	ra.ah_attr.port_num = 1;
+	ra.ah_attr.grh.hop_limit = 64;
+	ra.ah_attr.grh.dgid = gid;
+	CHECK(!ibv_modify_qp(a.qp, &ra, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	CHECK(!to_rts(&a, 7), "RTS");
+	for (int i = 0; i < 16; i++)
+		CHECK(!post_send_op(&a, (uint64_t)i, IBV_WR_RDMA_WRITE, (size_t)i * K64, K64, 0x1000, 1, 0, IBV_SEND_SIGNALED),
+		      "write %d", i);
+	int t = accept(l, NULL, NULL);
+	CHECK(t >= 0, "the requester connects");
+	uint32_t psn, plen;
+	CHECK(read_frame(t, 5, &psn, &plen) == OP_HELLO, "Hello first");
+	int seen = 0;
+	while (read_frame(t, 2, &psn, &plen) == OP_WRITE) {
+		CHECK(psn == (uint32_t)seen && plen == K64, "WRITE %d: psn %u, %u bytes", seen, psn, plen);
+		seen++;
+	}
+	CHECK(seen == 4, "%d WRITEs of 64 KiB left unacknowledged, want 4 (256 KiB)", seen);
+	struct ibv_wc wc[16];
+	int done = 0;
+	for (uint32_t acked = 0; acked < 16; acked++) {
+		unsigned char ack[96];
+		put_hdr(ack, OP_ACK, a.qp->qp_num, FAKE_QPN, acked, 0, 0, 0);
+		CHECK(write(t, ack, sizeof(ack)) == (ssize_t)sizeof(ack), "ACK %u", acked);
+		if (seen < 16) {
+			CHECK(read_frame(t, 5, &psn, &plen) == OP_WRITE && psn == (uint32_t)seen, "the ACK of %u lets WRITE %d go", acked, seen);
+			seen++;
+			CHECK(read_frame(t, 0.1, &psn, &plen) == -1, "and no other: %d WRITEs out, %u acknowledged", seen, acked + 1);
+		}
+		done += poll_n_for(a.cq, wc + done, 1, 5);
+		CHECK(done == (int)acked + 1 && wc[acked].status == IBV_WC_SUCCESS && wc[acked].wr_id == acked,
+		      "WRITE %u completes when acknowledged", acked);
+	}
+	close(t);
+	close(l);
+	ep_fini(&a);
+	return 0;
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1445,6 +1533,7 @@ int main(void)
 	RUN(t_rnr_parked_bounded);
 	RUN(t_read_unread_bounded);
 	RUN(t_read_parked_unread_bounded);
+	RUN(t_tx_window);
 	printf("verbs_test: %d passed, %d failed\n", g_pass, g_fail);
 	return g_fail != 0;
 }
