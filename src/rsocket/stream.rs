@@ -396,11 +396,19 @@ impl St {
             sent += n;
             olen = (olen * 2).min(super::conn::RS_MAX_TRANSFER);
         }
-        // Only keepalive reads it: no clock read per send without it.
-        if sent > 0 && self.opts.keepalive {
-            self.last_send = Instant::now();
+        if sent > 0 {
+            self.note_sent();
         }
         Ok(sent)
+    }
+
+    /// Data went out: keepalive's clock (only keepalive reads it: no clock read per
+    /// send without it).
+    #[inline]
+    fn note_sent(&mut self) {
+        if self.opts.keepalive {
+            self.last_send = Instant::now();
+        }
     }
 
     /// The error a send on a socket that cannot send gets.
@@ -849,13 +857,11 @@ impl Stream {
         if !c.fits_one(len) {
             return None;
         }
-        let mut g = Gather::new(Segs::One([Seg { ptr: buf as *mut u8, len }]));
-        if let Err(e) = c.send_data(&mut g, len) {
+        // `send_some`'s one message, without its loop (it would end after this one).
+        if let Err(e) = c.send_data(&mut Gather::new(Segs::One([Seg { ptr: buf as *mut u8, len }])), len) {
             return Some(Err(e));
         }
-        if st.opts.keepalive {
-            st.last_send = Instant::now();
-        }
+        st.note_sent();
         Some(Ok(len))
     }
 
@@ -879,21 +885,30 @@ impl Stream {
         if !st.conn.as_ref().is_some_and(|c| c.fills(len)) {
             self.progress(&mut st);
         }
-        let open = st.phase == Phase::Open;
         if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
             // SAFETY: the caller's buffer of `len` bytes.
             let got = unsafe { c.take_into(buf, len) };
             if got > 0 {
-                c.update_credits(open);
-                if !st.have_data() && !open {
-                    st.gen += 1; // the last data of a closed connection is read: POLLHUP now
-                }
-                self.notify(&mut st);
+                self.consumed(&mut st);
                 return Some(Ok(got));
             }
         }
         let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
-        (nonblock && open && st.readable).then_some(Err(Errno::EAGAIN))
+        (nonblock && st.phase == Phase::Open && st.readable).then_some(Err(Errno::EAGAIN))
+    }
+
+    /// Data left the receive queue (not a peek): the credits it frees go out, the last
+    /// data of a closed connection read raises POLLHUP, sleepers are told.
+    #[inline]
+    fn consumed(&self, st: &mut St) {
+        let open = st.phase == Phase::Open;
+        if let Some(c) = st.conn.as_mut() {
+            c.update_credits(open);
+        }
+        if !st.have_data() && !open {
+            st.gen += 1;
+        }
+        self.notify(st);
     }
 
     /// Completes a connection attempt before a data call (EAGAIN while it
@@ -942,14 +957,7 @@ impl Stream {
             if let Some(c) = st.conn.as_mut().filter(|c| c.have_data()) {
                 got += c.copy_out(dst, peek);
                 if got > 0 && !peek {
-                    let open = st.phase == Phase::Open;
-                    if let Some(c) = st.conn.as_mut() {
-                        c.update_credits(open);
-                    }
-                    if !st.have_data() && st.phase != Phase::Open {
-                        st.gen += 1; // the last data of a closed connection is read: POLLHUP now
-                    }
-                    self.notify(&mut st);
+                    self.consumed(&mut st);
                 }
             }
             if dst.room == 0 || (got > 0 && !waitall) {
