@@ -1,7 +1,8 @@
-//! The handle registry: every pointer the library hands out (channel, id,
-//! event) is recorded here with its kind, so a pointer coming back from C is
-//! checked before it is dereferenced. Garbage, stale or wrong-kind pointers
-//! then give EINVAL instead of a crash.
+//! The handle registry: every channel and id pointer the library hands out is
+//! recorded here with its kind, so a pointer coming back from C is checked
+//! before it is dereferenced. Garbage, stale or wrong-kind pointers then give
+//! EINVAL instead of a crash. (Events are checked by the slab they live in,
+//! `slab.rs`.)
 //!
 //! One set for all kinds, the kind as the value: the pointer is the key, and
 //! the Arc a lookup hands out is read from the handle's own allocation.
@@ -47,7 +48,6 @@ pub type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 pub enum Kind {
     Channel,
     Id,
-    Event,
 }
 
 /// Every live handle. Not a std HashMap: every call of the library looks a
@@ -61,14 +61,14 @@ static HANDLES: [Mutex<PtrTable>; SHARDS] = [const { Mutex::new(PtrTable::new())
 const SHARDS: usize = 8;
 
 fn handles(key: usize) -> MutexGuard<'static, PtrTable> {
-    // Above the alignment bits of every handle (channels, ids, events are
+    // Above the alignment bits of every handle (channels and ids are
     // 16-byte aligned allocations of a few hundred bytes).
     lock(&HANDLES[(key >> 6) % SHARDS])
 }
 
 /// A set of non-zero addresses with a kind each: open addressing with linear
 /// probing and backward-shift deletion (no tombstones), at most half full.
-/// A slot is `[address, hash << 2 | kind]` (address 0: empty): the hash is
+/// A slot is `[address, hash << 1 | kind]` (address 0: empty): the hash is
 /// kept so a removal's shifting does not mix every entry it passes again.
 struct PtrTable {
     slots: Vec<[usize; 2]>,
@@ -114,10 +114,10 @@ impl PtrTable {
     }
 
     fn kind_at(&self, i: usize) -> Kind {
-        match self.slots[i][1] & 3 {
-            0 => Kind::Channel,
-            1 => Kind::Id,
-            _ => Kind::Event,
+        if self.slots[i][1] & 1 == 0 {
+            Kind::Channel
+        } else {
+            Kind::Id
         }
     }
 
@@ -130,12 +130,12 @@ impl PtrTable {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        self.place(key, Self::hash(key) << 2 | kind as usize);
+        self.place(key, Self::hash(key) << 1 | kind as usize);
     }
 
     /// Puts `key` with its slot word `meta` (hash and kind) in place.
     fn place(&mut self, key: usize, meta: usize) {
-        let mut i = self.home(meta >> 2);
+        let mut i = self.home(meta >> 1);
         loop {
             match self.slots[i][0] {
                 0 => {
@@ -184,7 +184,7 @@ impl PtrTable {
             if k == 0 {
                 return true;
             }
-            let home = self.home(meta >> 2);
+            let home = self.home(meta >> 1);
             // Stays when its home lies cyclically in (hole, j].
             let stays = if hole <= j { hole < home && home <= j } else { hole < home || home <= j };
             if !stays {
@@ -316,7 +316,7 @@ mod tests {
         let a = Box::into_raw(Box::new(1u64));
         register(a, Kind::Id);
         assert_eq!(with_live(a, Kind::Id, || 7), Some(7));
-        assert_eq!(with_live(a, Kind::Event, || 7), None);
+        assert_eq!(with_live(a, Kind::Channel, || 7), None);
         assert!(!unregister(a, Kind::Channel));
         assert_eq!(with_live(a, Kind::Id, || ()), Some(()), "a wrong-kind unregister keeps it");
         assert!(unregister(a, Kind::Id));
@@ -338,7 +338,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let key = (((x % 1500) + 1) * 16) as usize;
-            let kind = if round % 3 == 0 { Kind::Event } else { Kind::Id };
+            let kind = if round % 3 == 0 { Kind::Channel } else { Kind::Id };
             if x % 5 < 3 {
                 t.insert(key, kind);
                 model.insert(key, kind);
