@@ -107,7 +107,7 @@ pub fn set_option(b: Option<&dyn Backend>, id: &Arc<IdCore>, opt: Opt) -> Result
 }
 
 /// A new id (rdma_create_id): the kernel CM makes its kernel id at once.
-pub fn created(id: &Arc<IdCore>) -> Result<()> {
+pub fn created(id: &mut IdCore) -> Result<()> {
     if kind() == Kind::Kernel {
         return crate::kernel::created(id);
     }

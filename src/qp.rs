@@ -211,7 +211,9 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
         if p.recv_cq.is_null() {
             p.recv_cq = recv_cq;
         }
-        st.lib_cqs = made;
+        if made.list.iter().any(Option::is_some) {
+            st.lib_cqs = Some(Box::new(made));
+        }
     })
 }
 
@@ -235,7 +237,9 @@ pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
         unsafe { ibv_destroy_qp(qp) };
     }
     drop(qp_guard);
-    made.destroy();
+    if let Some(made) = made {
+        made.destroy();
+    }
     Ok(())
 }
 

@@ -28,11 +28,13 @@ pub struct IdState {
     /// Result of `rdma_resolve_addrinfo`, handed over by `rdma_query_addrinfo`.
     pub resolved: Option<crate::addrinfo::List>,
     /// CQs the library created for this id's QP.
-    pub lib_cqs: crate::qp::LibCqs,
+    /// Boxed, as `ep`: most ids never have them, and every byte of the id
+    /// is a fresh page to fault in when a program makes its ids in a burst.
+    pub lib_cqs: Option<Box<crate::qp::LibCqs>>,
     /// The soft backend's own state for this id (the kernel's is `IdCore::kern`).
     pub ext: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// rdma_create_ep on a passive id: the QP every rdma_get_request child gets.
-    pub ep: Option<crate::qp::EpAttr>,
+    pub ep: Option<Box<crate::qp::EpAttr>>,
 }
 
 #[derive(Clone, Copy)]
@@ -117,7 +119,8 @@ impl IdCore {
         chan: Arc<Channel>,
         private_channel: Option<ChannelPtr>,
     ) -> Arc<IdCore> {
-        let mut a = Arc::<IdCore>::new_uninit();
+        // Not `Arc::new_uninit`, whose layout is computed by a call at run time.
+        let mut a = Arc::new(std::mem::MaybeUninit::<IdCore>::uninit());
         let Some(slot) = Arc::get_mut(&mut a) else { unreachable!("a new Arc is unique") };
         let p = slot.as_mut_ptr();
         // SAFETY: `p` is the new, unique allocation; every field is written
@@ -139,7 +142,7 @@ impl IdCore {
                 local_ece: ibv_ece::default(),
                 remote_ece: ibv_ece::default(),
                 resolved: None,
-                lib_cqs: Default::default(),
+                lib_cqs: None,
                 ext: None,
                 ep: None,
             }));
@@ -149,12 +152,21 @@ impl IdCore {
             std::ptr::addr_of_mut!((*p).kern).write(Default::default());
             std::ptr::addr_of_mut!((*p).sync).write(AtomicBool::new(private_channel.is_some()));
             static GEN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-            std::ptr::addr_of_mut!((*p).gen).write(GEN.fetch_add(1, Ordering::Relaxed));
+            // Only "mostly differs" is needed: a plain load and store, not a
+            // locked add, on every create.
+            let gen = GEN.load(Ordering::Relaxed);
+            GEN.store(gen.wrapping_add(1), Ordering::Relaxed);
+            std::ptr::addr_of_mut!((*p).gen).write(gen);
             std::ptr::addr_of_mut!((*p).acct).write(Acct::default());
             std::ptr::addr_of_mut!((*p).ps).write(ps);
             std::ptr::addr_of_mut!((*p).qp_type).write(qp_type);
             a.assume_init()
         }
+    }
+
+    /// The channel of an id nothing else can reach yet (`IdBox::create_with`'s `init`).
+    pub fn unique_channel(&mut self) -> &Channel {
+        &self.st.get_mut().unwrap_or_else(|e| e.into_inner()).channel
     }
 
     /// A number that differs (mostly) between ids made one after another.
@@ -379,25 +391,61 @@ impl IdBox {
         ps: u32,
         qp_type: Option<u32>,
     ) -> Result<(*mut rdma_cm_id, Arc<IdCore>)> {
-        let qp_type = match qp_type {
-            Some(t) => t,
-            None => qp_type_for(ps).ok_or(Errno::EINVAL)?,
-        };
-        qp_type_for(ps).ok_or(Errno::EINVAL)?;
+        let core = Self::build(channel, context, ps, qp_type, |_| Ok(()))?;
+        let ptr = core.ptr().0;
+        // The registry's reference, given back by `destroy`.
+        let _ = Arc::into_raw(core.clone());
+        registry::register(ptr, Kind::Id);
+        Ok((ptr, core))
+    }
+
+    /// `rdma_create_id`: `create`, with `init` (the backend's part, such as
+    /// the kernel id) run on the new core before anything else can reach
+    /// it, so it needs none of the id's locks; when it fails the id was
+    /// never registered and simply goes.
+    pub fn create_with(
+        channel: *mut rdma_event_channel,
+        context: *mut libc::c_void,
+        ps: u32,
+        init: impl FnOnce(&mut IdCore) -> Result<()>,
+    ) -> Result<*mut rdma_cm_id> {
+        let core = Self::build(channel, context, ps, None, init)?;
+        let ptr = core.ptr().0;
+        // The core's only reference becomes the registry's, given back by `destroy`.
+        let _ = Arc::into_raw(core);
+        registry::register(ptr, Kind::Id);
+        Ok(ptr)
+    }
+
+    /// A new, unregistered core on `channel` (a private channel when NULL),
+    /// `init` applied while the caller holds its only reference.
+    fn build(
+        channel: *mut rdma_event_channel,
+        context: *mut libc::c_void,
+        ps: u32,
+        qp_type: Option<u32>,
+        init: impl FnOnce(&mut IdCore) -> Result<()>,
+    ) -> Result<Arc<IdCore>> {
+        let implied = qp_type_for(ps).ok_or(Errno::EINVAL)?;
+        let qp_type = qp_type.unwrap_or(implied);
         let (chan, public_chan, private_channel) = if channel.is_null() {
             let pc = ChannelBox::create()?;
             (ChannelBox::lookup(pc)?, pc, Some(ChannelPtr(pc)))
         } else {
             (ChannelBox::lookup(channel)?, channel, None)
         };
-        let core = IdCore::new(public_chan, context, ps, qp_type, chan, private_channel);
-        let ptr = core.ptr().0;
+        let mut core = IdCore::new(public_chan, context, ps, qp_type, chan, private_channel);
         // `public` is the first field of a repr(C) struct: same address as the data.
-        debug_assert_eq!(ptr as usize, Arc::as_ptr(&core) as usize);
-        // The registry's reference, given back by `destroy`.
-        let _ = Arc::into_raw(core.clone());
-        registry::register(ptr, Kind::Id);
-        Ok((ptr, core))
+        debug_assert_eq!(core.ptr().0 as usize, Arc::as_ptr(&core) as usize);
+        let Some(unique) = Arc::get_mut(&mut core) else { unreachable!("a new Arc is unique") };
+        if let Err(e) = init(unique) {
+            drop(core);
+            if let Some(pc) = private_channel {
+                let _ = ChannelBox::destroy(pc.0);
+            }
+            return Err(e);
+        }
+        Ok(core)
     }
 
     pub fn lookup(ptr: *const rdma_cm_id) -> Result<Arc<IdCore>> {

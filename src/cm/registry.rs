@@ -76,9 +76,14 @@ struct PtrTable {
 }
 
 impl PtrTable {
-    /// Slots of a shard's first allocation: programs make their ids in
-    /// bursts (cmtime, servers), and each growth rehashes every entry.
-    const FIRST: usize = 128;
+    /// Slots of a shard's first allocation: 16 entries before the first
+    /// growth, which rehashes them (cmtime's 100 ids fit without one). Not
+    /// more: the eight shards' first tables are made together by a
+    /// program's first ids, and under the VM benchmark's TCG each fresh page
+    /// costs a fault of about 11 us (eight 2 KiB tables were four such
+    /// faults in cmtime's create id step, where upstream's library
+    /// allocates nothing but the ids).
+    const FIRST: usize = 32;
 
     const fn new() -> PtrTable {
         PtrTable { slots: Vec::new(), len: 0 }

@@ -214,3 +214,33 @@ fn a_sync_event_the_application_acked_itself_is_not_acked_again() {
     IdBox::destroy(id).expect("destroy acks the stored event and frees the id");
     assert_eq!(IdBox::lookup(id).err(), Some(Errno::EINVAL));
 }
+
+/// rdma_create_id's backend step (`create_with`'s `init`) failing: the call
+/// fails with its errno, the new id's reference to its channel is gone, and a
+/// synchronous id's private channel is destroyed with it.
+#[test]
+fn create_with_failing_init_leaves_nothing_behind() {
+    let (chp, ch) = chan();
+    let before = std::sync::Arc::strong_count(&ch);
+    let r = IdBox::create_with(chp, std::ptr::null_mut(), RDMA_PS_TCP, |core| {
+        assert!(std::sync::Arc::strong_count(&ch) > before, "the id holds its channel");
+        assert_eq!(core.ps(), RDMA_PS_TCP);
+        Err(Errno::EIO)
+    });
+    assert_eq!(r.err(), Some(Errno::EIO));
+    assert_eq!(std::sync::Arc::strong_count(&ch), before);
+
+    let mut private = std::ptr::null_mut();
+    let r = IdBox::create_with(std::ptr::null_mut(), std::ptr::null_mut(), RDMA_PS_UDP, |core| {
+        private = core.with_public(|p| p.channel).unwrap();
+        Err(Errno::ENOMEM)
+    });
+    assert_eq!(r.err(), Some(Errno::ENOMEM));
+    assert!(!private.is_null());
+    assert_eq!(ChannelBox::lookup(private).err(), Some(Errno::EINVAL), "the private channel went with the id");
+
+    let ok = IdBox::create_with(chp, std::ptr::null_mut(), RDMA_PS_UDP, |_| Ok(())).unwrap();
+    assert!(IdBox::lookup(ok).is_ok());
+    IdBox::destroy(ok).unwrap();
+    ChannelBox::destroy(chp).unwrap();
+}

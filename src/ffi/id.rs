@@ -17,11 +17,7 @@ entry! {
         ps: rdma_port_space,
     ) -> i32 {
         non_null(id)?;
-        let (new, core) = IdBox::create_core(channel, context, ps, None)?;
-        if let Err(e) = crate::backend::created(&core) {
-            let _ = IdBox::destroy(new);
-            return Err(e);
-        }
+        let new = IdBox::create_with(channel, context, ps, crate::backend::created)?;
         // SAFETY: checked non-NULL; the caller gives a writable slot.
         unsafe { out(id, new) }?;
         Ok(0)

@@ -220,9 +220,18 @@ fn create_locked(core: &Arc<IdCore>, st: &mut KSlot) -> Result<()> {
     Ok(())
 }
 
-/// rdma_create_id: the kernel id at once, as upstream makes it.
-pub fn create(core: &Arc<IdCore>) -> Result<()> {
-    create_locked(core, &mut st(core))
+/// rdma_create_id: the kernel id at once, as upstream makes it, on an id
+/// nothing else can reach yet (so without its locks). ENODEV: the channel
+/// has no rdma_cm file.
+pub fn create_unique(core: &mut IdCore) -> Result<()> {
+    let u = super::source::file_of(core.unique_channel()).ok_or(Errno::ENODEV)?;
+    let key = own(core)?;
+    let h = u.create_id(key, core.ps(), core.qp_type())?;
+    let slot = core.kern.slot.get_mut().unwrap_or_else(|e| e.into_inner());
+    slot.st.key = key;
+    slot.handle = Some(h);
+    slot.file = Some(u);
+    Ok(())
 }
 
 /// Runs `f` with the kernel id and its file while it exists (EINVAL before

@@ -78,8 +78,8 @@ pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
 /// rdma_create_id: the kernel id is made now, as upstream does, and its
 /// failure fails the call. A channel without an rdma_cm file (no device)
 /// leaves ENODEV to the first device call.
-pub fn created(id: &Arc<IdCore>) -> Result<()> {
-    match kid::create(id) {
+pub fn created(id: &mut IdCore) -> Result<()> {
+    match kid::create_unique(id) {
         Err(Errno::ENODEV) => Ok(()),
         r => r,
     }

@@ -598,10 +598,8 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
             s.post(RDMA_CM_EVENT_REJECTED, m.status as i32, conn_param(&m, false), padded(&m.private, REJ_DATA), false);
         }
         // A disconnect under way keeps its DreqSent: no ESTABLISHED then.
-        (Kind::Rtu, Phase::RepSent) => {
-            if s.transition(|p| p == Phase::RepSent, Phase::Connected).is_ok() {
-                s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
-            }
+        (Kind::Rtu, Phase::RepSent) if s.transition(|p| p == Phase::RepSent, Phase::Connected).is_ok() => {
+            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
         }
         (Kind::Dreq, _) => {
             let moved = {
@@ -618,10 +616,8 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                 Err(_) => {}
             }
         }
-        (Kind::Drep, Phase::DreqSent) => {
-            if s.transition(|p| p == Phase::DreqSent, Phase::Disconnected).is_ok() {
-                disconnected(s, true);
-            }
+        (Kind::Drep, Phase::DreqSent) if s.transition(|p| p == Phase::DreqSent, Phase::Disconnected).is_ok() => {
+            disconnected(s, true);
         }
         _ => {}
     }

@@ -39,10 +39,11 @@ struct Holder {
 }
 
 /// (RDMA_PS, port) -> its holders, oldest first.
-static HELD: LazyLock<Mutex<KeyMap<(u32, u16), Vec<Holder>>>> = LazyLock::new(Default::default);
+type Held = KeyMap<(u32, u16), Vec<Holder>>;
+static HELD: LazyLock<Mutex<Held>> = LazyLock::new(Default::default);
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
-fn held() -> std::sync::MutexGuard<'static, KeyMap<(u32, u16), Vec<Holder>>> {
+fn held() -> std::sync::MutexGuard<'static, Held> {
     crate::cm::registry::lock(&HELD)
 }
 
