@@ -169,12 +169,6 @@ pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
 /// (`quiesce`): no command reaches a kernel id number after destroy (the
 /// kernel reuses numbers) or the file an id left.
 pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, Option<&'static Dev>) -> Result<R>) -> Result<R> {
-    struct Done<'a>(&'a AtomicU32);
-    impl Drop for Done<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::Release);
-        }
-    }
     let (h, u, dev) = {
         let mut slot = st(core);
         if create && slot.handle.is_none() {
@@ -187,6 +181,38 @@ pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, O
     };
     let _done = Done(&core.kern.cmds);
     f(&u, h, dev)
+}
+
+/// A `command` in flight (`Kern::cmds`), until dropped.
+struct Done<'a>(&'a AtomicU32);
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// `with_handle`'s `locked` under the kernel state lock, then `after` with
+/// its result outside it, counted as a `command`: for a command whose
+/// arguments come from `KSt` and whose write must not hold the lock. The
+/// kernel can queue an event for the id while the write is still in the
+/// kernel (on rxe a passive side's ESTABLISHED arrives during its ACCEPT),
+/// and the thread reading events takes the lock to route it: held, it made
+/// that thread sleep and this one wake it once per connection.
+pub fn with_handle_then<S, R>(
+    core: &IdCore,
+    locked: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<S>,
+    after: impl FnOnce(&Ucma, S) -> Result<R>,
+) -> Result<R> {
+    let (u, v) = {
+        let mut slot = st(core);
+        let v = on_handle(&mut slot, |u, h, st| locked(u, h, st))?;
+        let Some(u) = slot.file.clone() else { return Err(Errno::EINVAL) };
+        // Under the lock: a teardown or migrate that takes it next sees this.
+        core.kern.cmds.fetch_add(1, Ordering::Relaxed);
+        (u, v)
+    };
+    let _done = Done(&core.kern.cmds);
+    after(&u, v)
 }
 
 /// Waits until no `command` is in flight. Called after taking the kernel id

@@ -267,25 +267,30 @@ impl Backend for Kernel {
         if qp.is_none() && p.is_none() {
             return Err(Errno::EINVAL);
         }
-        kid::with_handle(id, |u, h, st| {
-            if let Some(p) = &p {
-                check_depths(ps, st, p)?;
-                if p.initiator_depth != RDMA_MAX_INIT_DEPTH {
-                    st.initiator_depth = p.initiator_depth;
+        kid::with_handle_then(
+            id,
+            |u, h, st| {
+                if let Some(p) = &p {
+                    check_depths(ps, st, p)?;
+                    if p.initiator_depth != RDMA_MAX_INIT_DEPTH {
+                        st.initiator_depth = p.initiator_depth;
+                    }
+                    if p.responder_resources != RDMA_MAX_RESP_RES {
+                        st.responder_resources = p.responder_resources;
+                    }
                 }
-                if p.responder_resources != RDMA_MAX_RESP_RES {
-                    st.responder_resources = p.responder_resources;
+                if qp.is_some() && !ud {
+                    to_rts(u, id, h, st)?;
                 }
-            }
-            if qp.is_some() && !ud {
-                to_rts(u, id, h, st)?;
-            }
-            let (qpn, srq) = qp.unwrap_or_else(|| p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq != 0)));
-            let key = st.key;
-            u.accept(h, key, |c| kernel_conn(c, qpn, srq, st, p.as_ref()), ece).inspect_err(|_| {
-                let _ = kid::qp_to(id, IBV_QPS_ERR);
-            })
-        })?;
+                let (qpn, srq) = qp.unwrap_or_else(|| p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq != 0)));
+                Ucma::accept_cmd(h, st.key, |c| kernel_conn(c, qpn, srq, st, p.as_ref()), ece)
+            },
+            |u, cmd| {
+                u.send_accept(&cmd).inspect_err(|_| {
+                    let _ = kid::qp_to(id, IBV_QPS_ERR);
+                })
+            },
+        )?;
         if ud {
             // A datagram "connection" is done once the reply is sent.
             if id.is_sync() {

@@ -30,6 +30,9 @@ impl<T: Default> Cmd<T> {
     }
 }
 
+/// An ACCEPT command, built and not yet sent (`Ucma::accept_cmd`).
+pub struct Accept(Cmd<rdma_ucm_accept>);
+
 /// QUERY(PATH)'s answer.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -209,12 +212,21 @@ impl Ucma {
     /// uid, so its events start flowing); `valid` 0 sends the RTU of an
     /// active connection whose reply was processed here.
     pub fn accept(&self, id: u32, uid: u64, conn: impl FnOnce(&mut rdma_ucm_conn_param) -> Result<()>, ece: rdma_ucm_ece) -> Result<()> {
+        self.send_accept(&Self::accept_cmd(id, uid, conn, ece)?)
+    }
+
+    /// An ACCEPT made ready (under the id's lock) to be sent later (`send_accept`, outside it).
+    pub fn accept_cmd(id: u32, uid: u64, conn: impl FnOnce(&mut rdma_ucm_conn_param) -> Result<()>, ece: rdma_ucm_ece) -> Result<Accept> {
         let mut c = Cmd::<rdma_ucm_accept>::new(CMD_ACCEPT, 0);
         conn(&mut c.body.conn_param)?;
         c.body.uid = uid;
         c.body.id = id;
         c.body.ece = ece;
-        self.send(&c)
+        Ok(Accept(c))
+    }
+
+    pub fn send_accept(&self, a: &Accept) -> Result<()> {
+        self.send(&a.0)
     }
 
     /// ACCEPT without connection parameters: the RTU of an active side
