@@ -509,8 +509,8 @@ mod tests {
     fn wr_lists_show_the_first_ones_and_count_the_rest() {
         // SAFETY: all-zero is a valid receive WR (NULL links and SGE list).
         let mut wrs: Vec<ibv_recv_wr> = (0..MAX_WRS + 4).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for i in 0..wrs.len() {
-            wrs[i].wr_id = i as u64;
+        for (i, w) in wrs.iter_mut().enumerate() {
+            w.wr_id = i as u64;
         }
         for i in 0..wrs.len() - 1 {
             wrs[i].next = &mut wrs[i + 1] as *mut ibv_recv_wr;

@@ -73,6 +73,13 @@ if cc -std=gnu11 -Wall -Wextra -Werror -O1 -g -o "$out/verbs_test" softverbs/tes
   rc=$?
   sed 's/^/    /' "$out/verbs_test.txt"
   [ $rc -eq 0 ] && ok "C tests: $(tail -1 "$out/verbs_test.txt")" || bad "C tests (exit $rc)"
+  # The transmit window's override (SOFTVERBS_TX_WINDOW): t_tx_window expects its bound.
+  for w in 131072 1048576; do
+    if SOFTVERBS_TX_WINDOW=$w LD_LIBRARY_PATH=$SOFT timeout 60 "$out/verbs_test" t_tx_window > "$out/tx_window.$w.txt" 2>&1 &&
+       grep -q "^PASS t_tx_window" "$out/tx_window.$w.txt" && grep -q "1 passed, 0 failed" "$out/tx_window.$w.txt"; then
+      ok "SOFTVERBS_TX_WINDOW=$w: t_tx_window sees that bound"
+    else bad "SOFTVERBS_TX_WINDOW=$w: t_tx_window"; sed 's/^/    /' "$out/tx_window.$w.txt"; fi
+  done
   if command -v valgrind > /dev/null; then
     if LD_LIBRARY_PATH=$SOFT timeout 600 valgrind -q --error-exitcode=3 --errors-for-leak-kinds=none "$out/verbs_test" > "$out/valgrind.txt" 2>&1; then
       ok "C tests under valgrind (no memory errors)"

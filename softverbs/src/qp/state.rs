@@ -122,55 +122,59 @@ pub struct Limits {
     pub max_rd_atom: u8,
 }
 
+/// An `ibv_modify_qp` call `check` refuses (EINVAL for the caller).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Invalid;
+
 /// Validates one `ibv_modify_qp` call: the transition, the mask and the attribute values.
 /// `attr.qp_state` is read only when `mask` has `IBV_QP_STATE`. Returns the new state.
-pub fn check(cur: ibv_qp_state, k: Kind, attr: &ibv_qp_attr, mask: u32, lim: &Limits) -> Result<ibv_qp_state, ()> {
+pub fn check(cur: ibv_qp_state, k: Kind, attr: &ibv_qp_attr, mask: u32, lim: &Limits) -> Result<ibv_qp_state, Invalid> {
     if mask & !ALL_MASK != 0 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
-        return Err(());
+        return Err(Invalid);
     }
     let next = if mask & IBV_QP_STATE != 0 { attr.qp_state } else { cur };
     if next > IBV_QPS_ERR {
-        return Err(());
+        return Err(Invalid);
     }
-    let (req, opt) = masks(cur, next, k).ok_or(())?;
+    let (req, opt) = masks(cur, next, k).ok_or(Invalid)?;
     let given = mask & !IBV_QP_STATE;
     if given & req != req || given & !(req | opt) != 0 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_PATH_MTU != 0 && !(IBV_MTU_256..=IBV_MTU_4096).contains(&attr.path_mtu) {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic > lim.max_rd_atom {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 && attr.max_dest_rd_atomic > lim.max_rd_atom {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_DEST_QPN != 0 && attr.dest_qp_num & !0x00ff_ffff != 0 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_RNR_RETRY != 0 && attr.rnr_retry > 7 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_RETRY_CNT != 0 && attr.retry_cnt > 7 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_MIN_RNR_TIMER != 0 && attr.min_rnr_timer > 31 {
-        return Err(());
+        return Err(Invalid);
     }
     if mask & IBV_QP_ACCESS_FLAGS != 0
         && attr.qp_access_flags & !(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND) != 0
     {
-        return Err(());
+        return Err(Invalid);
     }
     Ok(next)
 }

@@ -16,8 +16,10 @@
 #include "../../include/softverbs.h"
 
 static int g_pass, g_fail;
+/* argv[1] of a test program: run only the test of that name (NULL: all). */
+static const char *g_only;
 #define CHECK(cond, ...) do { if (!(cond)) { printf("  at %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); return 1; } } while (0)
-#define RUN(fn) do { int _r = fn(); if (_r) { g_fail++; printf("FAIL %s\n", #fn); } else { g_pass++; printf("PASS %s\n", #fn); } fflush(stdout); } while (0)
+#define RUN(fn) do { if (g_only && strcmp(g_only, #fn)) break; int _r = fn(); if (_r) { g_fail++; printf("FAIL %s\n", #fn); } else { g_pass++; printf("PASS %s\n", #fn); } fflush(stdout); } while (0)
 
 struct ep {
 	struct ibv_context *ctx;
