@@ -22,7 +22,6 @@ use crate::sys::{Errno, Result};
 use crate::verbs::{ibv_detach_mcast, ibv_modify_qp, verr};
 use rdma_abi::cma::rdma_cm_id;
 use rdma_abi::verbs::*;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -347,15 +346,15 @@ pub fn migrate(core: &IdCore, to: &Channel) -> Result<()> {
 /// devices only (an iWARP id's stay zero), bind, listen and a
 /// CONNECT_REQUEST's new id always (`dev_attrs` compares them).
 pub fn query_addr(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> Result<()> {
-    let mut rb = MaybeUninit::uninit();
-    let r = u.query_addr(h, QUERY_ADDR, &mut rb)?;
+    let mut r = rdma_ucm_query_addr_resp::default();
+    u.query_addr(h, QUERY_ADDR, &mut r)?;
     let dev = if st.dev.is_none() && r.node_guid != 0 { Some(dev::find(r.node_guid, r.ibdev_index)?) } else { None };
     let ask = match gids {
         Gids::IbTransport => dev.or(st.dev).is_some_and(|d| d.is_ib_transport()),
         Gids::Yes => true,
     };
-    let mut gb = MaybeUninit::uninit();
-    let g = if ask { u.query_addr(h, QUERY_GID, &mut gb).ok() } else { None };
+    let mut g = rdma_ucm_query_addr_resp::default();
+    let have_g = ask && u.query_addr(h, QUERY_GID, &mut g).is_ok();
     core.with_public(|p| {
         let copy = |dst: &mut libc::sockaddr_storage, src: &kernel_sockaddr_storage, n: u16| {
             let n = (n as usize).min(128);
@@ -378,7 +377,7 @@ pub fn query_addr(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt, gids: Gids) -> 
             p.port_num = r.port_num;
             p.route.addr.addr.ibaddr.pkey = r.pkey;
         }
-        if let Some(g) = g {
+        if have_g {
             // sockaddr_ib: the GID sits at offset 8.
             if g.src_size as usize >= 24 {
                 p.route.addr.addr.ibaddr.sgid.raw = gid_at(&g.src_addr);

@@ -5,6 +5,7 @@
 //! ends the wait as signal(7) says for any slow device. Events the library
 //! queues itself ring a doorbell on the file (`bell`).
 
+use super::abi::rdma_ucm_event_resp;
 use super::events;
 use super::kid;
 use super::ucma::Ucma;
@@ -12,7 +13,6 @@ use crate::cm::channel::{Source, Take};
 use crate::cm::{Channel, Slot};
 use crate::sys::{Errno, Result};
 use std::any::Any;
-use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 
 pub struct KernelSource {
@@ -39,10 +39,10 @@ impl Source for KernelSource {
     }
 
     fn take(&self, ch: &Arc<Channel>, slot: &mut Option<Slot>) -> Result<Take> {
-        let mut buf = MaybeUninit::uninit();
-        match self.file.get_event(&mut buf) {
-            Ok(ev) if kid::is_bell(ev.uid) => Ok(Take::Bell(ev.uid)),
-            Ok(ev) => Ok(events::dispatch(&self.file, ev, ch, slot)),
+        let mut ev = rdma_ucm_event_resp::default();
+        match self.file.get_event(&mut ev) {
+            Ok(()) if kid::is_bell(ev.uid) => Ok(Take::Bell(ev.uid)),
+            Ok(()) => Ok(events::dispatch(&self.file, &ev, ch, slot)),
             Err(Errno::EAGAIN) => Ok(Take::Empty),
             Err(e) => Err(e),
         }

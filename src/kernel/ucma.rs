@@ -6,7 +6,7 @@
 
 use super::abi::*;
 use crate::sys::{Errno, Result};
-use std::mem::{size_of, MaybeUninit};
+use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub const DEVICE: &str = "/dev/infiniband/rdma_cm";
@@ -167,22 +167,12 @@ impl Ucma {
     }
 
     /// QUERY with option ADDR or GID (both answer with `rdma_ucm_query_addr_resp`).
-    /// The answer lands in `resp` (the caller's: no copy of it on return).
-    /// Only the fields kernels before 5.x lack are preset (`ibdev_index`
-    /// says "unknown" unless filled): every kernel writes the rest, so the
-    /// 280 bytes are not cleared first.
-    pub fn query_addr<'a>(&self, id: u32, option: u32, resp: &'a mut MaybeUninit<rdma_ucm_query_addr_resp>) -> Result<&'a rdma_ucm_query_addr_resp> {
-        let p = resp.as_mut_ptr();
-        // SAFETY: fields of the caller's buffer, written in place.
-        unsafe {
-            std::ptr::addr_of_mut!((*p).ibdev_index).write(u32::MAX);
-            std::ptr::addr_of_mut!((*p).reserved1).write(0);
-        }
-        let c = rdma_ucm_query { response: p as u64, id, option };
-        self.write(CMD_QUERY, &c, size_of::<rdma_ucm_query_addr_resp>())?;
-        // SAFETY: the command succeeded: the kernel wrote its whole answer
-        // (every field before `ibdev_index`, zero-filled by it), the tail is preset.
-        Ok(unsafe { resp.assume_init_ref() })
+    /// The answer lands in `resp` (the caller's: no copy of it on return);
+    /// old kernels leave `ibdev_index` alone, so it says "unknown" unless filled.
+    pub fn query_addr(&self, id: u32, option: u32, resp: &mut rdma_ucm_query_addr_resp) -> Result<()> {
+        resp.ibdev_index = u32::MAX;
+        let c = rdma_ucm_query { response: addr_of(resp), id, option };
+        self.write(CMD_QUERY, &c, size_of_val(resp))
     }
 
     /// QUERY(PATH) into `resp` (room for 6 records, as upstream asks): the
@@ -257,22 +247,11 @@ impl Ucma {
     /// The file's next event: waits for one unless the file is non-blocking
     /// (EAGAIN); a signal handler ends the wait with EINTR unless it was
     /// installed with SA_RESTART (the kernel restarts the write then).
-    /// Into `resp` (the caller's): the kernel writes its whole event, so
-    /// only what kernels before 5.8 lack (`reserved`, `ece`) is preset, not
-    /// the 300-odd bytes.
-    pub fn get_event<'a>(&self, resp: &'a mut MaybeUninit<rdma_ucm_event_resp>) -> Result<&'a rdma_ucm_event_resp> {
-        let p = resp.as_mut_ptr();
-        // SAFETY: fields of the caller's buffer, written in place.
-        unsafe {
-            std::ptr::addr_of_mut!((*p).reserved).write(0);
-            std::ptr::addr_of_mut!((*p).ece).write(rdma_ucm_ece::default());
-        }
-        let mut c = Cmd::<rdma_ucm_get_event>::new(CMD_GET_EVENT, size_of::<rdma_ucm_event_resp>());
-        c.body.response = p as u64;
-        self.send_raw((&c as *const Cmd<rdma_ucm_get_event>).cast(), size_of_val(&c), false)?;
-        // SAFETY: the command succeeded: the kernel wrote its event (zero-filled
-        // where unused) up to the preset tail.
-        Ok(unsafe { resp.assume_init_ref() })
+    /// Into `resp` (the caller's, zeroed: an older kernel's answer is shorter).
+    pub fn get_event(&self, resp: &mut rdma_ucm_event_resp) -> Result<()> {
+        let mut c = Cmd::<rdma_ucm_get_event>::new(CMD_GET_EVENT, size_of_val(resp));
+        c.body.response = addr_of(resp);
+        self.send_raw((&c as *const Cmd<rdma_ucm_get_event>).cast(), size_of_val(&c), false)
     }
 
     pub fn set_option(&self, id: u32, level: u32, optname: u32, val: &[u8]) -> Result<()> {
