@@ -152,11 +152,7 @@ impl IdCore {
             std::ptr::addr_of_mut!((*p).kern).write(Default::default());
             std::ptr::addr_of_mut!((*p).sync).write(AtomicBool::new(private_channel.is_some()));
             static GEN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-            // Only "mostly differs" is needed: a plain load and store, not a
-            // locked add, on every create.
-            let gen = GEN.load(Ordering::Relaxed);
-            GEN.store(gen.wrapping_add(1), Ordering::Relaxed);
-            std::ptr::addr_of_mut!((*p).gen).write(gen);
+            std::ptr::addr_of_mut!((*p).gen).write(GEN.fetch_add(1, Ordering::Relaxed));
             std::ptr::addr_of_mut!((*p).acct).write(Acct::default());
             std::ptr::addr_of_mut!((*p).ps).write(ps);
             std::ptr::addr_of_mut!((*p).qp_type).write(qp_type);

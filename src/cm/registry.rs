@@ -46,8 +46,9 @@ pub type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 /// What a registered pointer points at.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
-    Channel,
-    Id,
+    /// The values are the low bit of a table slot's second word (`PtrTable`).
+    Channel = 0,
+    Id = 1,
 }
 
 /// Every live handle. Not a std HashMap: every call of the library looks a
