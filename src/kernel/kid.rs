@@ -168,26 +168,41 @@ pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
 /// (`quiesce`): no command reaches a kernel id number after destroy (the
 /// kernel reuses numbers) or the file an id left.
 pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, Option<&'static Dev>) -> Result<R>) -> Result<R> {
-    let (h, u, dev) = {
-        let mut slot = st(core);
-        if create && slot.handle.is_none() {
-            create_locked(core, &mut slot)?;
-        }
-        let (Some(h), Some(u)) = (slot.handle, slot.file.clone()) else { return Err(Errno::EINVAL) };
-        // Under the lock: a teardown or migrate that takes it next sees this.
-        core.kern.cmds.fetch_add(1, Ordering::Relaxed);
-        (h, u, slot.st.dev)
-    };
-    let _done = Done(&core.kern.cmds);
-    f(&u, h, dev)
+    counted(
+        core,
+        |slot| {
+            if create && slot.handle.is_none() {
+                create_locked(core, slot)?;
+            }
+            let (Some(h), Some(u)) = (slot.handle, slot.file.clone()) else { return Err(Errno::EINVAL) };
+            Ok((u, (h, slot.st.dev)))
+        },
+        |u, (h, dev)| f(u, h, dev),
+    )
 }
 
-/// A `command` in flight (`Kern::cmds`), until dropped.
-struct Done<'a>(&'a AtomicU32);
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
+/// `prep` under the kernel state lock (the file to write to and what `run`
+/// needs), then `run` outside it, counted in `Kern::cmds` until it returns.
+fn counted<S, R>(
+    core: &IdCore,
+    prep: impl FnOnce(&mut KSlot) -> Result<(Arc<Ucma>, S)>,
+    run: impl FnOnce(&Ucma, S) -> Result<R>,
+) -> Result<R> {
+    struct Done<'a>(&'a AtomicU32);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Release);
+        }
     }
+    let (u, v) = {
+        let mut slot = st(core);
+        let r = prep(&mut slot)?;
+        // Under the lock: a teardown or migrate that takes it next sees this.
+        core.kern.cmds.fetch_add(1, Ordering::Relaxed);
+        r
+    };
+    let _done = Done(&core.kern.cmds);
+    run(&u, v)
 }
 
 /// `with_handle`'s `locked` under the kernel state lock, then `after` with
@@ -202,16 +217,14 @@ pub fn with_handle_then<S, R>(
     locked: impl FnOnce(&Ucma, u32, &mut KSt) -> Result<S>,
     after: impl FnOnce(&Ucma, S) -> Result<R>,
 ) -> Result<R> {
-    let (u, v) = {
-        let mut slot = st(core);
-        let v = on_handle(&mut slot, |u, h, st| locked(u, h, st))?;
-        let Some(u) = slot.file.clone() else { return Err(Errno::EINVAL) };
-        // Under the lock: a teardown or migrate that takes it next sees this.
-        core.kern.cmds.fetch_add(1, Ordering::Relaxed);
-        (u, v)
-    };
-    let _done = Done(&core.kern.cmds);
-    after(&u, v)
+    counted(
+        core,
+        |slot| {
+            let v = on_handle(slot, locked)?;
+            Ok((slot.file.clone().ok_or(Errno::EINVAL)?, v))
+        },
+        after,
+    )
 }
 
 /// Waits until no `command` is in flight. Called after taking the kernel id
@@ -236,12 +249,8 @@ fn create_locked(core: &Arc<IdCore>, st: &mut KSlot) -> Result<()> {
         }
         super::source::file_of(&cs.channel).ok_or(Errno::ENODEV)?
     };
-    let (ps, qp_type) = (core.ps(), core.qp_type());
-    let key = own(core)?;
-    let h = u.create_id(key, ps, qp_type)?;
-    st.st.key = key;
-    st.handle = Some(h);
-    st.file = Some(u);
+    let (key, h) = make(core, &u)?;
+    fill(st, key, h, u);
     Ok(())
 }
 
@@ -250,13 +259,22 @@ fn create_locked(core: &Arc<IdCore>, st: &mut KSlot) -> Result<()> {
 /// has no rdma_cm file.
 pub fn create_unique(core: &mut IdCore) -> Result<()> {
     let u = super::source::file_of(core.unique_channel()).ok_or(Errno::ENODEV)?;
-    let key = own(core)?;
-    let h = u.create_id(key, core.ps(), core.qp_type())?;
-    let slot = core.kern.slot.get_mut().unwrap_or_else(|e| e.into_inner());
-    slot.st.key = key;
-    slot.handle = Some(h);
-    slot.file = Some(u);
+    let (key, h) = make(core, &u)?;
+    fill(core.kern.slot.get_mut().unwrap_or_else(|e| e.into_inner()), key, h, u);
     Ok(())
+}
+
+/// CREATE_ID on `u` for `core`: its uid and the kernel's id number.
+fn make(core: &IdCore, u: &Ucma) -> Result<(u64, u32)> {
+    let key = own(core)?;
+    Ok((key, u.create_id(key, core.ps(), core.qp_type())?))
+}
+
+/// Records a kernel id made by `make`.
+fn fill(st: &mut KSlot, key: u64, h: u32, u: Arc<Ucma>) {
+    st.st.key = key;
+    st.handle = Some(h);
+    st.file = Some(u);
 }
 
 /// Runs `f` with the kernel id and its file while it exists (EINVAL before
