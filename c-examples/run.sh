@@ -221,4 +221,20 @@ for prog in "${progs[@]}"; do
 	esac
 done
 
+# A traced call returns through another branch of the C skin (`entry!`'s
+# `finish`) than an untraced one: bad_args (every check a -1 and its errno)
+# must print the same under RDMACM_RS_TRACE, and the trace must log errno.
+if [ -x "$OUT/ours/bad_args" ] && [ -s "$OUT/ours/bad_args.out" ]; then
+	t=$OUT/ours/bad_args.trace
+	rm -f "$t"
+	run "$OUT/ours/bad_args.traced" "$OUT/ours/bad_args" LD_LIBRARY_PATH="$extra_libpath$abs_libdir" RDMACM_RS_TRACE="$PWD/$t"
+	if [ "$rc" -eq 0 ] && cmp -s "$OUT/ours/bad_args.out" "$OUT/ours/bad_args.traced.out" && grep -q "errno 22 " "$t"; then
+		pass "bad_args (ours, RDMACM_RS_TRACE): same results, errno in the trace"
+	else
+		fail "bad_args (ours, RDMACM_RS_TRACE): exit status $rc"
+		diff "$OUT/ours/bad_args.out" "$OUT/ours/bad_args.traced.out" | head -n 20 | sed 's/^/    | /' || true
+		show "$t"
+	fi
+fi
+
 summary

@@ -50,6 +50,13 @@ impl<T> CRet for *const T {
     }
 }
 
+/// A failed call's C result: errno set, then the return type's failure value.
+#[inline]
+pub fn fail<T: CRet>(e: Errno) -> T {
+    set_errno(e);
+    T::failed()
+}
+
 /// Converts the body's outcome; errno is set after every local of the body
 /// has been dropped, so nothing can clobber it. Out of line: `entry!` returns
 /// an untraced call's result itself, so the common call neither builds the
@@ -71,13 +78,11 @@ pub fn finish<T: CRet>(
             crate::trace::emit(t0, || {
                 format!("{name}({}) = {:?} errno {} ({})", args(), T::failed(), e.0, std::io::Error::from_raw_os_error(e.0))
             });
-            set_errno(e);
-            T::failed()
+            fail(e)
         }
         Err(_) => {
             eprintln!("librdmacm (rdmacm-rs): internal error in {name}; returning EIO");
-            set_errno(Errno::EIO);
-            T::failed()
+            fail(Errno::EIO)
         }
     }
 }
@@ -96,10 +101,7 @@ macro_rules! entry {
             // locals are dropped, as in `finish`).
             let r = match (t0.is_none(), r) {
                 (true, Ok(Ok(v))) => return v,
-                (true, Ok(Err(e))) => {
-                    $crate::sys::set_errno(e);
-                    return <$ret as $crate::ffi::entry::CRet>::failed();
-                }
+                (true, Ok(Err(e))) => return $crate::ffi::entry::fail(e),
                 (_, r) => r,
             };
             $crate::ffi::entry::finish(stringify!($name), t0, || {
