@@ -6,14 +6,19 @@ use crate::sys::{Errno, Result};
 use crate::verbs::*;
 use rdma_abi::verbs::ibv_context;
 use std::ffi::CStr;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 
 struct Opened {
     name: Vec<u8>,
     ctx: usize,
 }
 
-static OPENED: LazyLock<Mutex<Vec<Opened>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+static OPENED: Mutex<Vec<Opened>> = Mutex::new(Vec::new());
+
+/// Room for `n` more devices (a device list just read).
+pub fn reserve(n: usize) {
+    lock(&OPENED).reserve(n);
+}
 
 /// Contexts of every device present now, opening the new ones.
 pub fn contexts() -> Result<Vec<*mut ibv_context>> {

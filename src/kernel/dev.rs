@@ -9,7 +9,7 @@ use crate::cm::registry::lock;
 use crate::sys::{Errno, Result};
 use crate::verbs::{device_attr, ibv_alloc_pd, ibv_get_device_guid, port_attr};
 use rdma_abi::verbs::*;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 
 #[link(name = "ibverbs")]
 extern "C" {
@@ -49,7 +49,7 @@ impl Dev {
     }
 }
 
-static DEVS: LazyLock<Mutex<Vec<&'static Dev>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+static DEVS: Mutex<Vec<&'static Dev>> = Mutex::new(Vec::new());
 
 /// Whether (guid, index) names this device; an unknown index on either side
 /// matches on the GUID alone.
@@ -66,7 +66,7 @@ fn make(ctx: *mut ibv_context) -> Result<Dev> {
     };
     // SAFETY: an open context.
     let attr = unsafe { device_attr(ctx) }?;
-    let mut link_layer = Vec::new();
+    let mut link_layer = Vec::with_capacity(attr.phys_port_cnt as usize);
     for port in 1..=attr.phys_port_cnt {
         // SAFETY: an open context.
         link_layer.push(unsafe { port_attr(ctx, port) }.map_or(IBV_LINK_LAYER_UNSPECIFIED, |a| a.link_layer));
@@ -114,6 +114,11 @@ pub fn scan() -> bool {
         let (guid, index) = unsafe { (ibv_get_device_guid(d), ibv_get_device_index(d.cast())) };
         devs.push((d as usize, guid, index));
     }
+    // Room for every listed device: the first event of each (whose opening is
+    // code run for the first time anyway) adds it without growing a table.
+    let more = devs.len();
+    lock(&DEVS).reserve(more);
+    crate::devices::reserve(more);
     let old = lock(&LISTED).replace(Listed { list: list as usize, devs });
     if let Some(old) = old {
         // SAFETY: a list of ours that nothing reads any more (LISTED held the only
