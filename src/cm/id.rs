@@ -388,11 +388,7 @@ impl IdBox {
         qp_type: Option<u32>,
     ) -> Result<(*mut rdma_cm_id, Arc<IdCore>)> {
         let core = Self::build(channel, context, ps, qp_type, |_| Ok(()))?;
-        let ptr = core.ptr().0;
-        // The registry's reference, given back by `destroy`.
-        let _ = Arc::into_raw(core.clone());
-        registry::register(ptr, Kind::Id);
-        Ok((ptr, core))
+        Ok((Self::register(core.clone()), core))
     }
 
     /// `rdma_create_id`: `create`, with `init` (the backend's part, such as
@@ -405,12 +401,16 @@ impl IdBox {
         ps: u32,
         init: impl FnOnce(&mut IdCore) -> Result<()>,
     ) -> Result<*mut rdma_cm_id> {
-        let core = Self::build(channel, context, ps, None, init)?;
+        Self::build(channel, context, ps, None, init).map(Self::register)
+    }
+
+    /// Makes a built core reachable: `core` becomes the registry's reference
+    /// (given back by `destroy`) and its public struct the handle.
+    fn register(core: Arc<IdCore>) -> *mut rdma_cm_id {
         let ptr = core.ptr().0;
-        // The core's only reference becomes the registry's, given back by `destroy`.
         let _ = Arc::into_raw(core);
         registry::register(ptr, Kind::Id);
-        Ok(ptr)
+        ptr
     }
 
     /// A new, unregistered core on `channel` (a private channel when NULL),
