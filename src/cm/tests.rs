@@ -244,3 +244,19 @@ fn create_with_failing_init_leaves_nothing_behind() {
     IdBox::destroy(ok).unwrap();
     ChannelBox::destroy(chp).unwrap();
 }
+
+/// An event's uid names its id by address and generation: the id while it
+/// lives with that generation (only the low 15 bits count), nothing for
+/// another generation at the same address or once the id is destroyed.
+#[test]
+fn lookup_gen_finds_only_the_id_of_that_generation() {
+    let (chp, _ch) = chan();
+    let id = IdBox::create(chp, std::ptr::null_mut(), RDMA_PS_TCP, None).unwrap();
+    let gen = IdBox::lookup(id).unwrap().gen();
+    assert!(IdBox::lookup_gen(id, gen).is_some_and(|c| c.ptr().0 == id));
+    assert!(IdBox::lookup_gen(id, gen ^ 0x8000).is_some(), "bit 15 is not part of the uid");
+    assert!(IdBox::lookup_gen(id, gen ^ 1).is_none(), "a newer id at the same address");
+    IdBox::destroy(id).unwrap();
+    assert!(IdBox::lookup_gen(id, gen).is_none(), "a destroyed id");
+    ChannelBox::destroy(chp).unwrap();
+}
