@@ -535,7 +535,10 @@ pub(super) fn new_child(l: &Arc<SoftId>) -> Option<Arc<SoftId>> {
 
 /// A message from the peer. The phase read here only picks the arm: each arm
 /// acts only if its own transition wins (the application may have moved the
-/// id since, or destroyed it).
+/// id since, or destroyed it). The transitions stay inside their arms, not in
+/// match guards (clippy's suggestion): a state change in a guard is easy to
+/// miss, and a guard that fails sends the message on to the arms below.
+#[allow(clippy::collapsible_match)]
 pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
     match (m.kind, s.phase()) {
         (Kind::Rep, Phase::ReqSent) => {
@@ -598,8 +601,10 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
             s.post(RDMA_CM_EVENT_REJECTED, m.status as i32, conn_param(&m, false), padded(&m.private, REJ_DATA), false);
         }
         // A disconnect under way keeps its DreqSent: no ESTABLISHED then.
-        (Kind::Rtu, Phase::RepSent) if s.transition(|p| p == Phase::RepSent, Phase::Connected).is_ok() => {
-            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
+        (Kind::Rtu, Phase::RepSent) => {
+            if s.transition(|p| p == Phase::RepSent, Phase::Connected).is_ok() {
+                s.post(RDMA_CM_EVENT_ESTABLISHED, 0, conn_param(&m, false), Vec::new(), false);
+            }
         }
         (Kind::Dreq, _) => {
             let moved = {
@@ -616,8 +621,10 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                 Err(_) => {}
             }
         }
-        (Kind::Drep, Phase::DreqSent) if s.transition(|p| p == Phase::DreqSent, Phase::Disconnected).is_ok() => {
-            disconnected(s, true);
+        (Kind::Drep, Phase::DreqSent) => {
+            if s.transition(|p| p == Phase::DreqSent, Phase::Disconnected).is_ok() {
+                disconnected(s, true);
+            }
         }
         _ => {}
     }
