@@ -185,7 +185,11 @@ pub fn settle<'a, T: Sleepy>(cond: &Condvar, mut st: MutexGuard<'a, T>, gen: u64
 
 /// Busy-polling for `polling_time` µs before a wait sleeps (rsocket.md §5).
 /// A pass is short, so the clock is read every 8th; once spent (or with
-/// `polling_time` 0) every later question says sleep.
+/// `polling_time` 0) every later question says sleep. No `pause` between
+/// passes, as upstream's loop: a pass is a CQ poll, not a spin on one word,
+/// and under qemu's TCG (the VM benchmark) a `pause` leaves the translated
+/// code for qemu's own loop, 130 ns a pass against 2 for the rest of a
+/// trivial loop (measured in the guest).
 pub struct Spin {
     until: Option<Instant>,
     passes: u32,
@@ -201,7 +205,6 @@ impl Spin {
         let Some(until) = self.until else { return false };
         self.passes = self.passes.wrapping_add(1);
         if !self.passes.is_multiple_of(8) || Instant::now() < until {
-            std::hint::spin_loop();
             return true;
         }
         self.until = None;

@@ -38,10 +38,11 @@ one() {
 	T[$t.$lib]="${T[$t.$lib]:-} ${u:-x}"
 }
 
+# RS_TESTS: which of the two to run (A/B runs of one path take half the time).
 for r in $(seq "$ROUNDS"); do
 	for lib in debian ours; do
-		one bw $lib "-S 65536 -C 2000"
-		one lat $lib "-S 64 -I 10000 -C 1"
+		case " ${RS_TESTS:-bw lat} " in *" bw "*) one bw $lib "-S 65536 -C 2000" ;; esac
+		case " ${RS_TESTS:-bw lat} " in *" lat "*) one lat $lib "-S 64 -I 10000 -C 1" ;; esac
 	done
 done
 

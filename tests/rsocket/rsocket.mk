@@ -31,7 +31,7 @@ test-vm-rsocket: all
 RS_BENCH_ROUNDS ?= 5
 bench-vm-rsocket: all
 	@mkdir -p $(VM_RESULTS)/rsocket-bench
-	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-bench ROUNDS=$(RS_BENCH_ROUNDS) RS_BASE=$(if $(RS_BENCH_BASE),$(abspath $(RS_BENCH_BASE)))" \
+	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-bench ROUNDS=$(RS_BENCH_ROUNDS) RS_TESTS=$(RS_TESTS) RS_BASE=$(if $(RS_BENCH_BASE),$(abspath $(RS_BENCH_BASE)))" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/bench-vm.sh'
 
 # Instructions per 64-byte ping-pong round trip in the client, Debian's rsockets vs
