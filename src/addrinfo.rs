@@ -15,14 +15,14 @@ const IBV_QPT_XRC_SEND: i32 = 9;
 const IBV_QPT_XRC_RECV: i32 = 10;
 
 /// An owned `rdma_addrinfo` list (freed on drop).
-pub struct List(pub *mut rdma_addrinfo);
+pub struct List(ptr::NonNull<rdma_addrinfo>);
 // SAFETY: the list is plain heap memory owned by this value alone.
 unsafe impl Send for List {}
 
 impl List {
     /// Hands the list to C; it is then freed by `rdma_freeaddrinfo`.
     pub fn into_raw(self) -> *mut rdma_addrinfo {
-        let p = self.0;
+        let p = self.0.as_ptr();
         std::mem::forget(self);
         p
     }
@@ -31,7 +31,7 @@ impl List {
 impl Drop for List {
     fn drop(&mut self) {
         // SAFETY: built by `resolve` and owned by us.
-        unsafe { free_list(self.0) }
+        unsafe { free_list(self.0.as_ptr()) }
     }
 }
 
@@ -94,10 +94,7 @@ fn dup_bytes(b: &[u8]) -> Result<*mut libc::sockaddr> {
 pub fn resolve(node: Option<&CStr>, service: Option<&CStr>, h: &Hints) -> Result<Outcome> {
     // SAFETY: calloc; checked for NULL; the list owns it from here on.
     let rai = unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) } as *mut rdma_addrinfo;
-    if rai.is_null() {
-        return Err(Errno::ENOMEM);
-    }
-    let list = List(rai);
+    let list = List(ptr::NonNull::new(rai).ok_or(Errno::ENOMEM)?);
     // SAFETY: rai is a live, zeroed rdma_addrinfo owned by `list`.
     let r = unsafe { &mut *rai };
     r.ai_flags = h.flags;
@@ -222,7 +219,7 @@ mod tests {
         let (n, s) = (c("127.0.0.1"), c("7471"));
         let Outcome::Found(l) = resolve(Some(&n), Some(&s), &h).unwrap() else { panic!() };
         // SAFETY: a list we just built.
-        let r = unsafe { &*l.0 };
+        let r = unsafe { &*l.0.as_ptr() };
         assert_eq!(r.ai_family, libc::AF_INET);
         assert_eq!(r.ai_port_space, RDMA_PS_TCP as i32);
         assert_eq!(r.ai_qp_type, IBV_QPT_RC);
@@ -239,7 +236,7 @@ mod tests {
         let n = c("::1");
         let Outcome::Found(l) = resolve(Some(&n), None, &h).unwrap() else { panic!() };
         // SAFETY: a list we just built.
-        let r = unsafe { &*l.0 };
+        let r = unsafe { &*l.0.as_ptr() };
         assert_eq!(r.ai_family, libc::AF_INET6);
         assert_eq!(r.ai_port_space, RDMA_PS_UDP as i32);
         assert!(!r.ai_dst_addr.is_null());

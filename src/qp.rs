@@ -212,7 +212,7 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
             p.recv_cq = recv_cq;
         }
         if made.list.iter().any(Option::is_some) {
-            st.lib_cqs = Some(Box::new(made));
+            st.extra_mut().lib_cqs = Some(made);
         }
     })
 }
@@ -230,7 +230,7 @@ pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
         p.recv_cq = std::ptr::null_mut();
         p.send_cq_channel = std::ptr::null_mut();
         p.recv_cq_channel = std::ptr::null_mut();
-        (std::mem::replace(&mut p.qp, std::ptr::null_mut()), std::mem::take(&mut st.lib_cqs))
+        (std::mem::replace(&mut p.qp, std::ptr::null_mut()), st.take_extra(|x| x.lib_cqs.take()))
     })?;
     if !qp.is_null() {
         // SAFETY: a QP the id held; detached above so destroyed once.
@@ -322,7 +322,7 @@ unsafe impl Send for EpAttr {}
 
 /// rdma_get_request on an rdma_create_ep listener: the new id gets its QP.
 pub fn ep_child_qp(listener: &Arc<crate::cm::IdCore>, child: *mut rdma_cm_id) -> Result<()> {
-    let ep = listener.state().ep.as_ref().map(|e| (e.pd, e.attr));
+    let ep = listener.state().extra().and_then(|x| x.ep.as_ref()).map(|e| (e.pd, e.attr));
     if let Some((pd, mut attr)) = ep {
         create(child, pd, &mut attr)?;
     }

@@ -164,10 +164,3 @@ impl EventBox {
     }
 }
 
-/// Acks of the events handed out for one id (`IdCore::reported`).
-#[derive(Default)]
-pub struct Acct {
-    pub acked: std::sync::atomic::AtomicU64,
-    /// Threads waiting for acks (destroy, migrate).
-    pub waiting: std::sync::atomic::AtomicU32,
-}

@@ -14,7 +14,9 @@ pub struct Options {
     pub afonly: Option<bool>,
     pub ack_timeout: Option<u8>,
     /// Raw `ibv_path_data` records given with RDMA_OPTION_IB_PATH.
-    pub ib_path: Option<Box<[u8]>>,
+    /// Behind one thin pointer (a boxed slice is two words): options are
+    /// part of every id's allocation, and few ids set this one.
+    pub ib_path: Option<Box<Vec<u8>>>,
 }
 
 /// One option as parsed from (level, optname, optval bytes).
@@ -69,7 +71,7 @@ impl Options {
             Opt::ReuseAddr(v) => self.reuseaddr = Some(v),
             Opt::AfOnly(v) => self.afonly = Some(v),
             Opt::AckTimeout(v) => self.ack_timeout = Some(v),
-            Opt::IbPath(v) => self.ib_path = Some(v.into_boxed_slice()),
+            Opt::IbPath(v) => self.ib_path = Some(Box::new(v)),
         }
         Ok(())
     }

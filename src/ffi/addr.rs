@@ -86,7 +86,7 @@ entry! {
         }
         let ev = match addrinfo::resolve(node, service, &h)? {
             Outcome::Found(list) => {
-                core.state().resolved = Some(list);
+                core.state().extra_mut().resolved = Some(list);
                 core.pending(RDMA_CM_EVENT_ADDRINFO_RESOLVED, 0, crate::cm::event::Param::zeroed())
             }
             Outcome::Eai(code) => core.pending(RDMA_CM_EVENT_ADDRINFO_ERROR, code, crate::cm::event::Param::zeroed()),
@@ -103,7 +103,7 @@ entry! {
     fn rdma_query_addrinfo(id: *mut rdma_cm_id, info: *mut *mut rdma_addrinfo) -> i32 {
         let core = IdBox::lookup(id)?;
         non_null(info)?;
-        let list = core.state().resolved.take().ok_or(Errno::EINVAL)?;
+        let list = core.state().take_extra(|x| x.resolved.take()).ok_or(Errno::EINVAL)?;
         // SAFETY: checked non-NULL above.
         unsafe { out(info, list.into_raw()) }.map(|()| 0)
     }

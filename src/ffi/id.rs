@@ -98,7 +98,7 @@ entry! {
         if core.with_public(|p| !p.qp.is_null())? || e.vendor_id == 0 || e.comp_mask != 0 {
             return Err(Errno::EINVAL);
         }
-        core.state().local_ece = e;
+        core.state().set_local_ece(e);
         Ok(0)
     }
 }
@@ -110,7 +110,7 @@ entry! {
         if core.with_public(|p| !p.qp.is_null())? {
             return Err(Errno::EINVAL);
         }
-        let mut e = core.state().remote_ece;
+        let mut e = core.state().remote_ece();
         e.comp_mask = 0;
         // SAFETY: non-NULL; the caller gives a writable ibv_ece.
         unsafe { out(ece, e) }?;

@@ -90,7 +90,7 @@ fn setup_ep(new: *mut rdma_cm_id, r: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut
             // SAFETY: non-NULL; the caller's attribute block, copied.
             let mut a = unsafe { *attr };
             a.qp_type = r.ai_qp_type as u32;
-            core.state().ep = Some(Box::new(EpAttr { pd, attr: a }));
+            core.state().extra_mut().ep = Some(EpAttr { pd, attr: a });
         }
         return Ok(());
     }

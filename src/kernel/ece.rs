@@ -69,8 +69,8 @@ pub fn on_create_qp(core: &IdCore, qp: *mut ibv_qp) -> Result<()> {
     ok_or_unsupported(query(qp, &mut ece))?;
     let remote = {
         let mut st = core.state();
-        st.local_ece = ibv_ece { vendor_id: ece.vendor_id, options: ece.options, comp_mask: 0 };
-        st.remote_ece
+        st.set_local_ece(ibv_ece { vendor_id: ece.vendor_id, options: ece.options, comp_mask: 0 });
+        st.remote_ece()
     };
     if remote.vendor_id == 0 {
         return Ok(()); // no peer ECE (an active id, or a peer without ECE)

@@ -177,7 +177,7 @@ fn on_request<'a>(u: &Arc<Ucma>, l: &Arc<IdCore>, ev: &'a rdma_ucm_event_resp) -
             }
             Ok(())
         })?;
-        core.state().remote_ece = ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 };
+        core.state().set_remote_ece(ibv_ece { vendor_id: ev.ece.vendor_id, options: ev.ece.attr_mod, comp_mask: 0 });
         Ok(())
     };
     if setup().is_err() {
@@ -199,8 +199,8 @@ fn on_response<'a>(k: &Arc<IdCore>, slot: &mut kid::KSlot, ev: &'a rdma_ucm_even
     // (alive while the lock is held) before RTR; None without a QP.
     let ece = k
         .with_state_public(|st, p| {
-            st.remote_ece = remote;
-            (!p.qp.is_null()).then(|| super::ece::on_response(st.local_ece, p.qp, remote.vendor_id, remote.options))
+            st.set_remote_ece(remote);
+            (!p.qp.is_null()).then(|| super::ece::on_response(st.local_ece(), p.qp, remote.vendor_id, remote.options))
         })
         .ok()
         .flatten();
@@ -216,7 +216,10 @@ fn on_response<'a>(k: &Arc<IdCore>, slot: &mut kid::KSlot, ev: &'a rdma_ucm_even
     });
     Some(match r {
         Ok(options) => {
-            k.state().local_ece.options = options;
+            let mut st = k.state();
+            let local = st.local_ece();
+            st.set_local_ece(ibv_ece { options, ..local });
+            drop(st);
             conn_head(k, ev, RDMA_CM_EVENT_ESTABLISHED, 0)
         }
         Err(e) => {

@@ -7,7 +7,7 @@
 //! Locking: the kernel state lock may be taken before an id's core state
 //! lock (queries fill the public struct, QPs are modified under
 //! `with_public`), never after it. Kernel commands on an id run under it via
-//! `with_handle`, or counted in `Kern::cmds` via `command`; destroy takes
+//! `with_handle`, or counted in `IdCore::kern_cmds` via `command`; destroy takes
 //! the handle away under the same lock and waits for the counted ones, so
 //! no command can reach a kernel id number after it was destroyed (the
 //! kernel reuses numbers).
@@ -26,13 +26,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `route.path_rec`: an array allocated with libc (the application reads it).
-pub struct PathArray(pub *mut ibv_sa_path_rec);
+pub struct PathArray(std::ptr::NonNull<ibv_sa_path_rec>);
 // SAFETY: plain heap memory owned by one id.
 unsafe impl Send for PathArray {}
 impl Drop for PathArray {
     fn drop(&mut self) {
         // SAFETY: allocated by calloc in `query_path`, freed once here.
-        unsafe { libc::free(self.0.cast()) };
+        unsafe { libc::free(self.0.as_ptr().cast()) };
     }
 }
 
@@ -41,10 +41,6 @@ impl Drop for PathArray {
 #[derive(Default)]
 pub struct Kern {
     slot: Mutex<KSlot>,
-    /// Commands written outside `slot`'s lock (`command`) and not yet
-    /// returned: teardown and migrate wait for none before the kernel id is
-    /// destroyed or moved.
-    cmds: AtomicU32,
 }
 
 /// What `Kern`'s lock guards.
@@ -71,6 +67,14 @@ pub struct KSt {
     pub responder_resources: u8,
     /// Processing the peer's reply failed: its later REJECTED/DISCONNECTED are swallowed.
     pub connect_error: bool,
+    /// Path records and multicast memberships, behind one pointer: most ids
+    /// (on RoCE and iWARP, all) have neither, and every byte of an id is heap
+    /// that a burst of creates faults in (`IdState::extra`).
+    pub more: Option<Box<KMore>>,
+}
+
+#[derive(Default)]
+pub struct KMore {
     pub path: Option<PathArray>,
     pub mcs: Vec<Arc<Mc>>,
 }
@@ -164,7 +168,8 @@ pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
 /// the write, it made that thread sleep on it and this one wake it, on about
 /// a quarter of the resolves of a cmtime run, where upstream's library takes
 /// no lock at all. `with_handle` is for commands that read or change `KSt`.
-/// Counted in `cmds`, so teardown and migrate still come after it
+/// Counted in `IdCore::kern_cmds` (commands written outside the lock and
+/// not yet returned: teardown and migrate wait for none), so teardown and migrate still come after it
 /// (`quiesce`): no command reaches a kernel id number after destroy (the
 /// kernel reuses numbers) or the file an id left.
 pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, Option<&'static Dev>) -> Result<R>) -> Result<R> {
@@ -182,7 +187,7 @@ pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, O
 }
 
 /// `prep` under the kernel state lock (the file to write to and what `run`
-/// needs), then `run` outside it, counted in `Kern::cmds` until it returns.
+/// needs), then `run` outside it, counted in `IdCore::kern_cmds` until it returns.
 fn counted<S, R>(
     core: &IdCore,
     prep: impl FnOnce(&mut KSlot) -> Result<(Arc<Ucma>, S)>,
@@ -198,10 +203,10 @@ fn counted<S, R>(
         let mut slot = st(core);
         let r = prep(&mut slot)?;
         // Under the lock: a teardown or migrate that takes it next sees this.
-        core.kern.cmds.fetch_add(1, Ordering::Relaxed);
+        core.kern_cmds.fetch_add(1, Ordering::Relaxed);
         r
     };
-    let _done = Done(&core.kern.cmds);
+    let _done = Done(&core.kern_cmds);
     run(&u, v)
 }
 
@@ -231,7 +236,7 @@ pub fn with_handle_then<S, R>(
 /// away or while holding the lock, so none can start meanwhile; a command
 /// is one write(), so the wait is short.
 fn quiesce(core: &IdCore) {
-    while core.kern.cmds.load(Ordering::Acquire) != 0 {
+    while core.kern_cmds.load(Ordering::Acquire) != 0 {
         std::thread::yield_now();
     }
 }
@@ -330,7 +335,7 @@ pub fn add_mc(core: &Arc<IdCore>, addr: &[u8], context: usize, send_only: bool) 
         owners.fill(key & !MC_BIT, Owner::Mc(core.clone(), mc.clone()));
         mc
     };
-    st(core).st.mcs.push(mc.clone());
+    st(core).st.more.get_or_insert_with(Default::default).mcs.push(mc.clone());
     mc
 }
 
@@ -338,8 +343,9 @@ pub fn add_mc(core: &Arc<IdCore>, addr: &[u8], context: usize, send_only: bool) 
 pub fn take_mc(core: &IdCore, addr: &[u8]) -> Option<Arc<Mc>> {
     let mc = {
         let mut st = st(core);
-        let i = st.st.mcs.iter().position(|m| m.addr == addr)?;
-        st.st.mcs.remove(i)
+        let mcs = &mut st.st.more.as_mut()?.mcs;
+        let i = mcs.iter().position(|m| m.addr == addr)?;
+        mcs.remove(i)
     };
     forget(mc.key);
     Some(mc)
@@ -423,21 +429,21 @@ pub fn query_path(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
     } else {
         // SAFETY: calloc of n records, checked below; filled before use.
         let a = unsafe { libc::calloc(paths.len(), std::mem::size_of::<ibv_sa_path_rec>()) } as *mut ibv_sa_path_rec;
-        if a.is_null() {
-            return Err(Errno::ENOMEM);
-        }
+        let a = std::ptr::NonNull::new(a).ok_or(Errno::ENOMEM)?;
         for (i, d) in paths.iter().enumerate() {
             // SAFETY: a has room for paths.len() records.
-            unsafe { a.add(i).write(convert::sa_path_rec(d)) };
+            unsafe { a.as_ptr().add(i).write(convert::sa_path_rec(d)) };
         }
         Some(PathArray(a))
     };
-    let (ptr, n) = arr.as_ref().map_or((std::ptr::null_mut(), 0), |a| (a.0, paths.len() as i32));
+    let (ptr, n) = arr.as_ref().map_or((std::ptr::null_mut(), 0), |a| (a.0.as_ptr(), paths.len() as i32));
     core.with_public(|p| {
         p.route.path_rec = ptr;
         p.route.num_paths = n;
     })?;
-    st.path = arr; // the previous array (if any) is freed here
+    if arr.is_some() || st.more.is_some() {
+        st.more.get_or_insert_with(Default::default).path = arr; // the previous array (if any) is freed here
+    }
     Ok(())
 }
 
@@ -473,14 +479,15 @@ pub fn detach(core: &IdCore, mc: &Mc) {
 /// memberships are destroyed (the kernel drops their unread events), the
 /// path records freed.
 pub fn teardown(core: &IdCore) {
-    let (handle, mcs, path, u) = {
+    let (handle, more, u) = {
         let mut slot = st(core);
         let KSlot { handle, file, st } = &mut *slot;
         st.dead = true;
-        (handle.take(), std::mem::take(&mut st.mcs), st.path.take(), file.take())
+        (handle.take(), st.more.take(), file.take())
     };
+    let (mcs, path) = more.map_or_else(Default::default, |m| (m.mcs, m.path));
     quiesce(core);
-    for mc in &mcs {
+    for mc in mcs.iter() {
         forget(mc.key);
         detach(core, mc);
     }

@@ -181,8 +181,9 @@ fn qp_and_ece(core: &IdCore, rep: bool) -> Result<(Option<(u32, bool)>, rdma_ucm
             // SAFETY: the id's live QP (read under the id's lock).
             Some(unsafe { ((*p.qp).qp_num, !(*p.qp).srq.is_null()) })
         };
-        let vendor_id = if rep { st.remote_ece.vendor_id } else { st.local_ece.vendor_id };
-        (qp, rdma_ucm_ece { vendor_id, attr_mod: st.local_ece.options })
+        let (local, remote) = (st.local_ece(), st.remote_ece());
+        let vendor_id = if rep { remote.vendor_id } else { local.vendor_id };
+        (qp, rdma_ucm_ece { vendor_id, attr_mod: local.options })
     })
 }
 

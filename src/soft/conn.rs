@@ -166,7 +166,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     m.src = Some(src);
     m.dst = Some(dst);
     m.endpoint = qp_endpoint(qp, &src);
-    let ece = s.core.state().local_ece;
+    let ece = s.core.state().local_ece();
     m.ece_vendor = ece.vendor_id;
     m.ece_options = ece.options;
     m.private = p.private_data;
@@ -276,7 +276,7 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
     }
     let mut m = Msg::new(Kind::Rep);
     m.endpoint = qp_endpoint(qp, &src);
-    let ece = s.core.state().local_ece;
+    let ece = s.core.state().local_ece();
     m.ece_vendor = ece.vendor_id;
     m.ece_options = ece.options;
     m.private = p.private_data;
@@ -512,7 +512,7 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
             }
         }
     }
-    child.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
+    child.core.state().set_remote_ece(ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 });
     c.set_owner(Owner::Id(Arc::downgrade(&child)));
     let mut p = l.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, conn_param(&m, true));
     p.id = child.core.ptr();
@@ -552,7 +552,7 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                 st.responder_resources = st.responder_resources.min(cap_rd(m.initiator_depth).max(1));
                 st.initiator_depth = st.initiator_depth.min(cap_rd(m.responder_resources));
             }
-            s.core.state().remote_ece = ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 };
+            s.core.state().set_remote_ece(ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 });
             let peer = s.st().peer.clone();
             let data = padded(&m.private, REP_DATA);
             // This runs on the engine thread: the application may destroy the QP meanwhile.

@@ -158,7 +158,7 @@ impl SoftId {
 /// The SoftId of an id, made on first use.
 pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
     let mut st = core.state();
-    if let Some(e) = &st.ext {
+    if let Some(e) = st.extra().and_then(|x| x.ext.as_ref()) {
         if let Ok(s) = e.clone().downcast::<SoftId>() {
             return s;
         }
@@ -189,7 +189,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             sidr_seen: std::collections::VecDeque::new(),
         }),
     });
-    st.ext = Some(s.clone());
+    st.extra_mut().ext = Some(s.clone());
     s
 }
 
@@ -543,7 +543,7 @@ impl Backend for Soft {
     }
 
     fn destroy(&self, id: &Arc<IdCore>) {
-        let ext = id.state().ext.take();
+        let ext = id.state().take_extra(|x| x.ext.take());
         if let Some(e) = ext {
             if let Ok(s) = e.downcast::<SoftId>() {
                 conn::teardown(&s);
