@@ -37,16 +37,36 @@ def objs(path):
     for ob, ir in parse(path)[2].items():
         d[re.sub(r'\.so.*', '', (ob or '?').split('/')[-1])] += ir
     return d
-rows = {}
+def calls(path):
+    """Calls made per calling object (file name as above) of one dump: under TCG a
+    return is an indirect jump, looked up rather than chained."""
+    d, obs, cur = collections.Counter(), {}, '?'
+    for line in open(path):
+        m = re.match(r'^(c?ob)=\((\d+)\)(?: (.*))?$', line.rstrip('\n'))
+        if m:
+            if m.group(3) is not None:
+                obs[m.group(2)] = re.sub(r'\.so.*', '', m.group(3).split('/')[-1])
+            if m.group(1) == 'ob':
+                cur = obs.get(m.group(2), '?')
+        elif line.startswith('calls='):
+            d[cur] += int(line.split('=')[1].split()[0])
+    return d
+rows, crows = {}, {}
 for lib in ('C', 'ours'):
     a, b = objs(f'{res}/cg.{lib}.{lo}'), objs(f'{res}/cg.{lib}.{hi}')
     rows[lib] = {k: (b[k] - a[k]) / (hi - lo) for k in b}
+    a, b = calls(f'{res}/cg.{lib}.{lo}'), calls(f'{res}/cg.{lib}.{hi}')
+    crows[lib] = {k: (b[k] - a[k]) / (hi - lo) for k in b}
 names = sorted({k for r in rows.values() for k, v in r.items() if v >= 5})
 print('rstream -S 64 ping-pong client under callgrind: instructions per round trip (rsend + rrecv), by object')
 print('%-22s %8s %8s' % ('object', 'Debian', 'ours'))
 for n in names:
     print('%-22s %8.0f %8.0f' % (n, rows['C'].get(n, 0), rows['ours'].get(n, 0)))
 print('%-22s %8.0f %8.0f' % ('total', sum(rows['C'].values()), sum(rows['ours'].values())))
+print('calls made per round trip, by calling object')
+for n in sorted({k for r in crows.values() for k, v in r.items() if v >= 0.5}):
+    print('%-22s %8.1f %8.1f' % (n, crows['C'].get(n, 0), crows['ours'].get(n, 0)))
+print('%-22s %8.1f %8.1f' % ('total', sum(crows['C'].values()), sum(crows['ours'].values())))
 if any(v < -20 for r in rows.values() for v in r.values()):
     print('warning: a shorter run counted more than the longer one: the client spun while it waited '
           '(a busy host); these counts are not path lengths, run it on a quiet host')
