@@ -95,13 +95,13 @@ pub unsafe fn to_error(qp: *mut ibv_qp) {
 /// rdma_create_qp: the classic block goes through `create_ex` as an extended
 /// one naming only its PD (as upstream's does), and comes back updated (caps,
 /// CQs, SRQ).
-pub fn create(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
+pub fn create(core: &Arc<crate::cm::IdCore>, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> Result<()> {
     // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
     let mut ax: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
     *classic(&mut ax) = *attr;
     ax.comp_mask = IBV_QP_INIT_ATTR_PD;
     ax.pd = pd;
-    let r = create_ex(id, &mut ax);
+    let r = create_ex(core, &mut ax);
     *attr = *classic(&mut ax);
     r
 }
@@ -118,9 +118,9 @@ fn classic(ax: &mut ibv_qp_init_attr_ex) -> &mut ibv_qp_init_attr {
 /// when none are given; the id's SRQ when the block names none. A block that
 /// asks for more than a PD goes to the provider's extended create
 /// (EOPNOTSUPP from a provider without one, as libibverbs answers); on
-/// success the id's PD becomes the QP's.
-pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()> {
-    let core = IdBox::lookup(id)?;
+/// success the id's PD becomes the QP's. `core`: the caller looked the id up.
+pub fn create_ex(core: &Arc<crate::cm::IdCore>, ax: &mut ibv_qp_init_attr_ex) -> Result<()> {
+    let id = core.ptr().0;
     let b = backend::device()?;
     let (verbs, id_pd, has_qp, id_srq) = core.with_public(|p| (p.verbs, p.pd, !p.qp.is_null(), p.srq))?;
     if has_qp {
@@ -183,9 +183,9 @@ pub fn create_ex(id: *mut rdma_cm_id, ax: &mut ibv_qp_init_attr_ex) -> Result<()
     }
     let ud = ax.qp_type == IBV_QPT_UD;
     // SAFETY (all calls): the QP we just made.
-    let r = unsafe { modify_to(&core, qp, IBV_QPS_INIT) }
+    let r = unsafe { modify_to(core, qp, IBV_QPS_INIT) }
         .and_then(|()| if ud { unsafe { ud_to_rts(qp) } } else { Ok(()) })
-        .and_then(|()| unsafe { b.qp_created(&core, qp) });
+        .and_then(|()| unsafe { b.qp_created(core, qp) });
     if let Err(e) = r {
         // SAFETY: the QP we just made.
         unsafe { ibv_destroy_qp(qp) };
@@ -321,7 +321,7 @@ pub struct EpAttr {
 unsafe impl Send for EpAttr {}
 
 /// rdma_get_request on an rdma_create_ep listener: the new id gets its QP.
-pub fn ep_child_qp(listener: &Arc<crate::cm::IdCore>, child: *mut rdma_cm_id) -> Result<()> {
+pub fn ep_child_qp(listener: &Arc<crate::cm::IdCore>, child: &Arc<crate::cm::IdCore>) -> Result<()> {
     let ep = listener.state().extra().and_then(|x| x.ep.as_ref()).map(|e| (e.pd, e.attr));
     if let Some((pd, mut attr)) = ep {
         create(child, pd, &mut attr)?;

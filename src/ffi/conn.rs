@@ -71,11 +71,13 @@ entry! {
         }
         // The request now belongs to the new id: its next call acks it.
         core.with_public(|p| p.event = std::ptr::null_mut())?;
-        IdBox::lookup(child)?.with_public(|c| c.event = ev)?;
-        if let Err(e) = crate::qp::ep_child_qp(&core, child) {
+        let child_core = IdBox::lookup(child)?;
+        child_core.with_public(|c| c.event = ev)?;
+        if let Err(e) = crate::qp::ep_child_qp(&core, &child_core) {
             // The new id is never handed out: it goes now, acking its request
             // (upstream leaves both behind, and the peer waits for its CM to
             // time out; the kernel rejects a request whose id is destroyed).
+            drop(child_core);
             let _ = IdBox::destroy(child);
             return Err(e);
         }

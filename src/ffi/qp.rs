@@ -13,19 +13,19 @@ use rdma_abi::verbs::*;
 
 entry! {
     fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         non_null(qp_init_attr)?;
         // SAFETY: non-NULL; the caller's attribute block (caps are written back).
-        qp::create(id, pd, unsafe { &mut *qp_init_attr }).map(|()| 0)
+        qp::create(&core, pd, unsafe { &mut *qp_init_attr }).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         non_null(qp_init_attr)?;
         // SAFETY: non-NULL; the caller's attribute block.
-        qp::create_ex(id, unsafe { &mut *qp_init_attr }).map(|()| 0)
+        qp::create_ex(&core, unsafe { &mut *qp_init_attr }).map(|()| 0)
     }
 }
 
@@ -100,7 +100,7 @@ fn setup_ep(new: *mut rdma_cm_id, r: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut
         // SAFETY: non-NULL; the caller's attribute block (caps are written back).
         let a = unsafe { &mut *attr };
         a.qp_type = r.ai_qp_type as u32;
-        qp::create(new, pd, a)?;
+        qp::create(&core, pd, a)?;
     }
     Ok(())
 }
