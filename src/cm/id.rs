@@ -10,7 +10,7 @@ use crate::sys::{Errno, Result};
 use rdma_abi::cma::*;
 use rdma_abi::verbs::ibv_ece;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const IBV_QPT_RC: u32 = 2;
@@ -44,6 +44,13 @@ pub struct Extra {
     pub ep: Option<crate::qp::EpAttr>,
 }
 
+impl Extra {
+    fn is_empty(&self) -> bool {
+        let zero = |e: &ibv_ece| e.vendor_id == 0 && e.options == 0 && e.comp_mask == 0;
+        self.ece.iter().all(zero) && self.resolved.is_none() && self.lib_cqs.is_none() && self.ext.is_none() && self.ep.is_none()
+    }
+}
+
 impl IdState {
     pub fn extra(&self) -> Option<&Extra> {
         self.extra.as_deref()
@@ -54,9 +61,17 @@ impl IdState {
         self.extra.get_or_insert_with(Default::default)
     }
 
-    /// Takes one extra field out (None without the extra part).
+    /// Takes one extra field out (None without the extra part); the part
+    /// goes with its last field, so an id is back to one allocation (and
+    /// rdma_destroy_qp frees the library's CQs' record, as it did when that
+    /// was a box of its own).
     pub fn take_extra<T>(&mut self, f: impl FnOnce(&mut Extra) -> Option<T>) -> Option<T> {
-        self.extra.as_deref_mut().and_then(f)
+        let x = self.extra.as_deref_mut()?;
+        let r = f(x);
+        if x.is_empty() {
+            self.extra = None;
+        }
+        r
     }
 
     pub fn local_ece(&self) -> ibv_ece {
@@ -113,9 +128,11 @@ pub struct IdCore {
     /// the kernel id under the same locks, also wait for an event a reader
     /// holds but has not given the application yet (as the kernel counts
     /// events in GET_EVENT). Not under `st`: `post` takes `st` before a queue.
-    reported: AtomicU64,
+    /// Wrapping counts: only their difference means anything, and fewer than
+    /// 2^31 events are ever out at once.
+    reported: AtomicU32,
     /// Acks of the events in `reported`.
-    acked: AtomicU64,
+    acked: AtomicU32,
     /// The kernel CM's state for the id (unused by the other backends): in
     /// the same allocation, as upstream keeps one allocation per id. Its lock
     /// is taken before `st`, never after (`kernel::kid`).
@@ -204,13 +221,13 @@ impl IdCore {
                 extra: None,
             }));
             std::ptr::addr_of_mut!((*p).cond).write(Condvar::new());
-            std::ptr::addr_of_mut!((*p).reported).write(AtomicU64::new(0));
+            std::ptr::addr_of_mut!((*p).reported).write(AtomicU32::new(0));
             std::ptr::addr_of_mut!((*p).qp_lock).write(Mutex::new(()));
             std::ptr::addr_of_mut!((*p).kern).write(Default::default());
             std::ptr::addr_of_mut!((*p).sync).write(AtomicBool::new(private_channel.is_some()));
             static GEN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
             std::ptr::addr_of_mut!((*p).gen).write(GEN.fetch_add(1, Ordering::Relaxed));
-            std::ptr::addr_of_mut!((*p).acked).write(AtomicU64::new(0));
+            std::ptr::addr_of_mut!((*p).acked).write(AtomicU32::new(0));
             std::ptr::addr_of_mut!((*p).waiting).write(AtomicU32::new(0));
             std::ptr::addr_of_mut!((*p).kern_cmds).write(AtomicU32::new(0));
             std::ptr::addr_of_mut!((*p).ps).write(ps);
@@ -265,8 +282,9 @@ impl IdCore {
         // more acks than hand-outs read in this order would be a counting bug.
         let acked = self.acked.load(Ordering::SeqCst);
         let reported = self.reported.load(Ordering::SeqCst);
-        debug_assert!(acked <= reported, "acked {acked} > handed out {reported}");
-        reported.saturating_sub(acked)
+        let out = reported.wrapping_sub(acked);
+        debug_assert!(out < 1 << 31, "acked {acked} > handed out {reported}");
+        u64::from(out)
     }
 
     /// An event of this id was acked. Only destroy and migrate wait for
@@ -629,7 +647,7 @@ mod size_tests {
     /// its ids, some 25 us a page under the VM benchmark's TCG: the id stays
     /// within 584 bytes (600 with the Arc's counts: malloc's 608-byte chunks,
     /// as upstream's ids). Rarely used parts go behind a pointer instead
-    /// (`IdState::extra`, `KSt::more`). It was 712.
+    /// (`IdState::extra`, `KSt::mcs`). It was 712.
     #[test]
     fn an_id_is_one_allocation_of_at_most_584_bytes() {
         let n = std::mem::size_of::<super::IdCore>();
@@ -651,5 +669,8 @@ mod size_tests {
         p.set_remote_ece(e(0x15b3, 3));
         p.set_local_ece(e(0, 0));
         assert_eq!((p.local_ece().vendor_id, p.local_ece().options, p.remote_ece().options), (0, 0, 3));
+        p.set_remote_ece(e(0, 0));
+        assert_eq!(p.take_extra(|x| x.resolved.take()).map(|_| ()), None);
+        assert!(p.extra.is_none(), "the extra part goes with its last field");
     }
 }

@@ -67,16 +67,11 @@ pub struct KSt {
     pub responder_resources: u8,
     /// Processing the peer's reply failed: its later REJECTED/DISCONNECTED are swallowed.
     pub connect_error: bool,
-    /// Path records and multicast memberships, behind one pointer: most ids
-    /// (on RoCE and iWARP, all) have neither, and every byte of an id is heap
-    /// that a burst of creates faults in (`IdState::extra`).
-    pub more: Option<Box<KMore>>,
-}
-
-#[derive(Default)]
-pub struct KMore {
+    /// Path records (every routed id on IB and RoCE has them).
     pub path: Option<PathArray>,
-    pub mcs: Vec<Arc<Mc>>,
+    /// Multicast memberships, boxed: most ids never join, and every byte of
+    /// an id is heap that a burst of creates faults in (`IdState::extra`).
+    pub mcs: Option<Box<Vec<Arc<Mc>>>>,
 }
 
 /// Whether `query_addr` also reads the id's GIDs.
@@ -335,7 +330,7 @@ pub fn add_mc(core: &Arc<IdCore>, addr: &[u8], context: usize, send_only: bool) 
         owners.fill(key & !MC_BIT, Owner::Mc(core.clone(), mc.clone()));
         mc
     };
-    st(core).st.more.get_or_insert_with(Default::default).mcs.push(mc.clone());
+    st(core).st.mcs.get_or_insert_with(Default::default).push(mc.clone());
     mc
 }
 
@@ -343,7 +338,7 @@ pub fn add_mc(core: &Arc<IdCore>, addr: &[u8], context: usize, send_only: bool) 
 pub fn take_mc(core: &IdCore, addr: &[u8]) -> Option<Arc<Mc>> {
     let mc = {
         let mut st = st(core);
-        let mcs = &mut st.st.more.as_mut()?.mcs;
+        let mcs = st.st.mcs.as_mut()?;
         let i = mcs.iter().position(|m| m.addr == addr)?;
         mcs.remove(i)
     };
@@ -441,9 +436,7 @@ pub fn query_path(core: &IdCore, u: &Ucma, h: u32, st: &mut KSt) -> Result<()> {
         p.route.path_rec = ptr;
         p.route.num_paths = n;
     })?;
-    if arr.is_some() || st.more.is_some() {
-        st.more.get_or_insert_with(Default::default).path = arr; // the previous array (if any) is freed here
-    }
+    st.path = arr; // the previous array (if any) is freed here
     Ok(())
 }
 
@@ -479,15 +472,14 @@ pub fn detach(core: &IdCore, mc: &Mc) {
 /// memberships are destroyed (the kernel drops their unread events), the
 /// path records freed.
 pub fn teardown(core: &IdCore) {
-    let (handle, more, u) = {
+    let (handle, mcs, path, u) = {
         let mut slot = st(core);
         let KSlot { handle, file, st } = &mut *slot;
         st.dead = true;
-        (handle.take(), st.more.take(), file.take())
+        (handle.take(), st.mcs.take(), st.path.take(), file.take())
     };
-    let (mcs, path) = more.map_or_else(Default::default, |m| (m.mcs, m.path));
     quiesce(core);
-    for mc in mcs.iter() {
+    for mc in mcs.iter().flat_map(|v| v.iter()) {
         forget(mc.key);
         detach(core, mc);
     }
