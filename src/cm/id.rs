@@ -44,10 +44,17 @@ pub struct Extra {
     pub ep: Option<crate::qp::EpAttr>,
 }
 
+/// An ECE that reads as none (what an id without `Extra` reports).
+fn ece_is_zero(e: &ibv_ece) -> bool {
+    e.vendor_id == 0 && e.options == 0 && e.comp_mask == 0
+}
+
 impl Extra {
+    /// Whether nothing is kept here. Every field named: a field added to
+    /// `Extra` must be added here, or `take_extra` would free it with the rest.
     fn is_empty(&self) -> bool {
-        let zero = |e: &ibv_ece| e.vendor_id == 0 && e.options == 0 && e.comp_mask == 0;
-        self.ece.iter().all(zero) && self.resolved.is_none() && self.lib_cqs.is_none() && self.ext.is_none() && self.ep.is_none()
+        let Extra { ece, resolved, lib_cqs, ext, ep } = self;
+        ece.iter().all(ece_is_zero) && resolved.is_none() && lib_cqs.is_none() && ext.is_none() && ep.is_none()
     }
 }
 
@@ -87,7 +94,7 @@ impl IdState {
         self.set_ece(1, e)
     }
     fn set_ece(&mut self, i: usize, e: ibv_ece) {
-        if self.extra.is_none() && e.vendor_id == 0 && e.options == 0 && e.comp_mask == 0 {
+        if self.extra.is_none() && ece_is_zero(&e) {
             return; // what an id without the extra part reads already
         }
         self.extra_mut().ece[i] = e;
@@ -117,7 +124,7 @@ unsafe impl Send for ChannelPtr {}
 /// struct stays allocated while anything else (queued events, backends) still
 /// holds the core, but `alive` keeps everyone off it after destroy.
 /// Fields in order of alignment: a program's burst of creates (cmtime's
-/// 100) faults in every byte of its ids, so no padding (`size_tests`).
+/// 100) faults in every byte of its ids, so no padding (`layout_tests`).
 #[repr(C)]
 pub struct IdCore {
     public: Public,
@@ -276,7 +283,7 @@ impl IdCore {
     }
 
     /// Events handed out and not acked yet (`st`: the caller holds the state lock).
-    pub(crate) fn outstanding(&self, st: &IdState) -> u64 {
+    pub(crate) fn outstanding(&self, st: &IdState) -> u32 {
         let _ = st;
         // Acks first: an event is acked only after it was handed out, so
         // more acks than hand-outs read in this order would be a counting bug.
@@ -284,7 +291,7 @@ impl IdCore {
         let reported = self.reported.load(Ordering::SeqCst);
         let out = reported.wrapping_sub(acked);
         debug_assert!(out < 1 << 31, "acked {acked} > handed out {reported}");
-        u64::from(out)
+        out
     }
 
     /// An event of this id was acked. Only destroy and migrate wait for
@@ -642,7 +649,7 @@ impl IdBox {
     }
 }
 #[cfg(test)]
-mod size_tests {
+mod layout_tests {
     /// A program's burst of creates (cmtime's 100) faults in every byte of
     /// its ids, some 25 us a page under the VM benchmark's TCG: the id stays
     /// within 584 bytes (600 with the Arc's counts: malloc's 608-byte chunks,
@@ -669,6 +676,8 @@ mod size_tests {
         p.set_remote_ece(e(0x15b3, 3));
         p.set_local_ece(e(0, 0));
         assert_eq!((p.local_ece().vendor_id, p.local_ece().options, p.remote_ece().options), (0, 0, 3));
+        assert_eq!(p.take_extra(|x| x.resolved.take()).map(|_| ()), None);
+        assert_eq!(p.remote_ece().options, 3, "taking another field keeps the ECE");
         p.set_remote_ece(e(0, 0));
         assert_eq!(p.take_extra(|x| x.resolved.take()).map(|_| ()), None);
         assert!(p.extra.is_none(), "the extra part goes with its last field");

@@ -164,7 +164,7 @@ pub fn st(core: &IdCore) -> MutexGuard<'_, KSlot> {
 /// a quarter of the resolves of a cmtime run, where upstream's library takes
 /// no lock at all. `with_handle` is for commands that read or change `KSt`.
 /// Counted in `IdCore::kern_cmds` (commands written outside the lock and
-/// not yet returned: teardown and migrate wait for none), so teardown and migrate still come after it
+/// not yet returned), so teardown and migrate still come after it
 /// (`quiesce`): no command reaches a kernel id number after destroy (the
 /// kernel reuses numbers) or the file an id left.
 pub fn command<R>(core: &Arc<IdCore>, create: bool, f: impl FnOnce(&Ucma, u32, Option<&'static Dev>) -> Result<R>) -> Result<R> {
