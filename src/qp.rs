@@ -245,20 +245,15 @@ pub fn destroy(id: *mut rdma_cm_id) -> Result<()> {
 
 /// rdma_create_srq: a basic SRQ through `create_srq_ex`, as upstream's
 /// does; the block comes back updated.
-///
-/// # Safety
-/// `pd` is NULL or a live PD; `attr` points to a writable ibv_srq_init_attr.
-pub unsafe fn create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> Result<()> {
+pub fn create_srq(core: &Arc<crate::cm::IdCore>, pd: *mut ibv_pd, a: &mut ibv_srq_init_attr) -> Result<()> {
     // SAFETY: all-zero is a valid ibv_srq_init_attr_ex.
     let mut ax: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
-    // SAFETY: per the contract.
-    let a = unsafe { &mut *attr };
     ax.srq_context = a.srq_context;
     ax.attr = a.attr;
     ax.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
     ax.srq_type = IBV_SRQT_BASIC;
     ax.pd = pd;
-    let r = create_srq_ex(id, &mut ax);
+    let r = create_srq_ex(core, &mut ax);
     a.srq_context = ax.srq_context;
     a.attr = ax.attr;
     r
@@ -269,9 +264,8 @@ pub unsafe fn create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_sr
 /// PD is the classic create (as libibverbs' `ibv_create_srq_ex` does), anything
 /// else the provider's extended one (EOPNOTSUPP without it). An XRC SRQ must
 /// bring its XRC domain and CQ: upstream opens a domain of its own there, this
-/// library does not (EOPNOTSUPP).
-pub fn create_srq_ex(id: *mut rdma_cm_id, ax: &mut ibv_srq_init_attr_ex) -> Result<()> {
-    let core = IdBox::lookup(id)?;
+/// library does not (EOPNOTSUPP). `core`: the caller looked the id up.
+pub fn create_srq_ex(core: &Arc<crate::cm::IdCore>, ax: &mut ibv_srq_init_attr_ex) -> Result<()> {
     backend::device()?;
     if ax.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
         return Err(Errno::EINVAL);

@@ -37,19 +37,19 @@ entry! {
 
 entry! {
     fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         non_null(attr)?;
-        // SAFETY: attr checked non-NULL (the caller's block); pd is the caller's PD or NULL.
-        unsafe { qp::create_srq(id, pd, attr) }.map(|()| 0)
+        // SAFETY: non-NULL; the caller's attribute block (comes back updated).
+        qp::create_srq(&core, pd, unsafe { &mut *attr }).map(|()| 0)
     }
 }
 
 entry! {
     fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> i32 {
-        IdBox::lookup(id)?;
+        let core = IdBox::lookup(id)?;
         non_null(attr)?;
         // SAFETY: non-NULL; the caller's attribute block (the PD is written back).
-        qp::create_srq_ex(id, unsafe { &mut *attr }).map(|()| 0)
+        qp::create_srq_ex(&core, unsafe { &mut *attr }).map(|()| 0)
     }
 }
 
