@@ -58,7 +58,7 @@ for t in $QRXE_RDMA; do
   esac
 done
 for i in $(seq 50); do [ -e /dev/infiniband/rdma_cm ] && break; sleep 0.1; done
-export QRXE_IP=$IP QRXE_NETDEV=$NETDEV
+export QRXE_IP=$IP QRXE_NETDEV=$NETDEV QRXE_RDMA
 for kv in ${QRXE_ENV:-}; do export "$kv"; done
 log "ready at uptime $(cut -d' ' -f1 /proc/uptime)s netdev=$NETDEV ip=$IP rdma=[$(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')]"
 echo "$(cut -d' ' -f1 /proc/uptime)" >/qrxe/ready

@@ -17,7 +17,7 @@
 #              neighbour resolves, so nothing gives ADDR_ERROR)
 #            QRXE_OUTDIR host dir mounted writable at the same path in the guest
 #            QRXE_ENV "VAR=value ..." exported to the command (no spaces in values)
-# Inside the guest the command sees $QRXE_IP and $QRXE_NETDEV; the host
+# Inside the guest the command sees $QRXE_IP, $QRXE_NETDEV and $QRXE_RDMA; the host
 # filesystem is visible (read-only lower layer, writes go to a tmpfs overlay).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
