@@ -10,7 +10,7 @@
 use crate::cm::options::Opt;
 use crate::cm::IdCore;
 use crate::sys::{Errno, Result};
-use rdma_abi::verbs::{ibv_qp, ibv_qp_attr};
+use rdma_abi::verbs::ibv_qp_attr;
 use std::sync::{Arc, LazyLock};
 
 /// `rdma_conn_param` read out of C, with its private data copied.
@@ -49,13 +49,6 @@ pub trait Backend: Send + Sync {
     /// without it they get EINVAL like any unknown family.
     fn af_ib(&self) -> bool {
         false
-    }
-    /// rdma_create_qp made (and moved to INIT) the id's QP.
-    ///
-    /// # Safety
-    /// `qp` is that live QP.
-    unsafe fn qp_created(&self, _id: &Arc<IdCore>, _qp: *mut ibv_qp) -> Result<()> {
-        Ok(())
     }
 }
 

@@ -14,6 +14,7 @@ pub mod addrinfo;
 pub mod backend;
 pub mod cm;
 pub mod devices;
+pub mod ece;
 pub mod ffi;
 pub mod kernel;
 pub mod qp;

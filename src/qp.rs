@@ -121,7 +121,7 @@ fn classic(ax: &mut ibv_qp_init_attr_ex) -> &mut ibv_qp_init_attr {
 /// success the id's PD becomes the QP's. `core`: the caller looked the id up.
 pub fn create_ex(core: &Arc<crate::cm::IdCore>, ax: &mut ibv_qp_init_attr_ex) -> Result<()> {
     let id = core.ptr().0;
-    let b = backend::device()?;
+    backend::device()?; // ENODEV without a device, before anything else
     let (verbs, id_pd, has_qp, id_srq) = core.with_public(|p| (p.verbs, p.pd, !p.qp.is_null(), p.srq))?;
     if has_qp {
         return Err(Errno::EINVAL);
@@ -185,7 +185,8 @@ pub fn create_ex(core: &Arc<crate::cm::IdCore>, ax: &mut ibv_qp_init_attr_ex) ->
     // SAFETY (all calls): the QP we just made.
     let r = unsafe { modify_to(core, qp, IBV_QPS_INIT) }
         .and_then(|()| if ud { unsafe { ud_to_rts(qp) } } else { Ok(()) })
-        .and_then(|()| unsafe { b.qp_created(core, qp) });
+        // Upstream's init_ece, whatever the backend: the QP's ECE is what REQ/REP carry.
+        .and_then(|()| crate::ece::on_create_qp(core, qp));
     if let Err(e) = r {
         // SAFETY: the QP we just made.
         unsafe { ibv_destroy_qp(qp) };

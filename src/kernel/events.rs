@@ -200,7 +200,7 @@ fn on_response<'a>(k: &Arc<IdCore>, slot: &mut kid::KSlot, ev: &'a rdma_ucm_even
     let ece = k
         .with_state_public(|st, p| {
             st.set_remote_ece(remote);
-            (!p.qp.is_null()).then(|| super::ece::on_response(st.local_ece(), p.qp, remote.vendor_id, remote.options))
+            (!p.qp.is_null()).then(|| crate::ece::on_response(st.local_ece(), p.qp, remote.vendor_id, remote.options))
         })
         .ok()
         .flatten();

@@ -16,15 +16,13 @@
 //! Files: `abi` (uapi mirrors + layout proof), `ucma` (the file and its
 //! commands), `source` (a channel's file, read by rdma_get_cm_event), `kid` (per-id state, uid map, queries, QP transitions), `dev`
 //! (devices by node GUID), `convert` (kernel → verbs structs), `events`,
-//! `ece` (the QP's ECE on create and on the peer's reply), `af_ib` (upstream's
-//! AF_IB probe).
+//! `af_ib` (upstream's AF_IB probe). The QP's ECE is `crate::ece`'s.
 
 pub mod abi;
 pub mod af_ib;
 pub mod bell;
 pub mod convert;
 pub mod dev;
-pub mod ece;
 pub mod events;
 pub mod kid;
 pub mod source;
@@ -65,7 +63,7 @@ pub fn channel_source() -> Option<Box<dyn crate::cm::channel::Source>> {
     }
     af_ib::probe_once();
     // Looked up now, as the dynamic linker resolves upstream's at load.
-    ece::resolve();
+    crate::ece::resolve();
     match source::KernelSource::open() {
         Ok(s) => Some(Box::new(s)),
         Err(e) => {
@@ -401,10 +399,5 @@ impl Backend for Kernel {
 
     fn destroy(&self, id: &Arc<IdCore>) {
         destroy(id)
-    }
-
-    /// Upstream's init_ece: the QP's ECE is what REQ/REP carry.
-    unsafe fn qp_created(&self, id: &Arc<IdCore>, qp: *mut ibv_qp) -> Result<()> {
-        ece::on_create_qp(id, qp)
     }
 }

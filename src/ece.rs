@@ -3,8 +3,9 @@
 //! becomes the id's local ECE, sent in REQ/REP (CONNECT/ACCEPT carry it); a
 //! QP made for a CONNECT_REQUEST takes the peer's options (ibv_set_ece), and
 //! the active side applies the REP's before RTR. Providers without ECE (rxe,
-//! siw, the dummy verbs) answer EOPNOTSUPP, which is ignored, so for them
-//! everything stays zero. The verbs are looked up at run time (libibverbs
+//! siw, softverbs, the dummy verbs) answer EOPNOTSUPP, which is ignored, so
+//! for them the local ECE of an id with a library QP is zero, whatever
+//! rdma_set_local_ece said before (c-examples/dev_ece, round "early"). The verbs are looked up at run time (libibverbs
 //! IBVERBS_1.10): a libibverbs without them is "no ECE" too.
 
 use crate::cm::IdCore;
