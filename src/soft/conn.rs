@@ -276,9 +276,13 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
     }
     let mut m = Msg::new(Kind::Rep);
     m.endpoint = qp_endpoint(qp, &src);
-    let ece = s.core.state().local_ece();
-    m.ece_vendor = ece.vendor_id;
-    m.ece_options = ece.options;
+    // A REP answers in the REQ's vendor's terms: that vendor, our options (the kernel CM's rule).
+    let (local, remote) = {
+        let st = s.core.state();
+        (st.local_ece(), st.remote_ece())
+    };
+    m.ece_vendor = remote.vendor_id;
+    m.ece_options = local.options;
     m.private = p.private_data;
     m.srq = p.srq;
     m.flow_control = p.flow_control;
@@ -566,9 +570,16 @@ pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
                 s.post(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, conn_param(&m, true), data, false);
                 return;
             }
-            let r = add_peer(&peer.gid, peer.qpn, peer.endpoint).and_then(|()| modify(s, qp, &[IBV_QPS_RTR, IBV_QPS_RTS]));
+            // The REP's ECE goes on the QP before RTR, as on the kernel CM.
+            let local = s.core.state().local_ece();
+            let r = crate::ece::on_response(local, qp, m.ece_vendor, m.ece_options).and_then(|options| {
+                add_peer(&peer.gid, peer.qpn, peer.endpoint)?;
+                modify(s, qp, &[IBV_QPS_RTR, IBV_QPS_RTS])?;
+                Ok(options)
+            });
             match r {
-                Ok(()) => {
+                Ok(options) => {
+                    s.core.state().set_local_ece(ibv_ece { options, ..local });
                     if s.transition(|p| p == Phase::ReqSent, Phase::Connected).is_err() {
                         return;
                     }
