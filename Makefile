@@ -76,6 +76,8 @@ test-soft: all
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 	bash tests/soft/netns.sh
 	bash tests/soft/faults.sh
+	tests/pyverbs/prepare.sh
+	tests/pyverbs/run.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft lo
 
 install: lib softverbs
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/rdma $(DESTDIR)$(PKGCONFIGDIR)

@@ -11,20 +11,22 @@
 #   dev-ours     the same programs with our library (LD_LIBRARY_PATH=build/lib)
 #   c-examples   c-examples/run.sh (ours, and Debian's for the "common" ones)
 #                with a device present
+#   pyverbs      rdma-core's pyverbs RDMA-CM tests (tests/pyverbs/run.sh), with
+#                Debian's library, then with ours
 #
 # Failures that belong to our library (dev-ours, c-examples "(ours...)" and
 # Debian-vs-ours stdout differences) count as expected failures ("XFAIL ...
 # expected-fail (kernel backend not implemented)") while VM_OURS_MUST_PASS=0,
 # and as failures once it is 1.  Every line is also written to
 # $VM_RESULTS/suite.log (with the per-program outputs next to it) when set.
-# Knobs: VM_SECTIONS ("utils utils-ours utils-interop dev-debian dev-ours c-examples"), VM_UTILS_TESTS
+# Knobs: VM_SECTIONS ("utils utils-ours utils-interop dev-debian dev-ours c-examples pyverbs"), VM_UTILS_TESTS
 # (subset of rdmacm-utils-tests.sh, e.g. "rping cmtime"; default all),
 # VM_OURS_MUST_PASS (0), VM_EXPECT (rxe), VM_VALGRIND (0), VM_RESULTS.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 IP=${QRXE_IP:?run inside tests/vm/run-in-guest.sh}
-SECTIONS=${VM_SECTIONS:-utils utils-ours utils-interop dev-debian dev-ours c-examples}
+SECTIONS=${VM_SECTIONS:-utils utils-ours utils-interop dev-debian dev-ours c-examples pyverbs}
 MUST=${VM_OURS_MUST_PASS:-0}
 EXPECT=${VM_EXPECT:-rxe}
 RES=${VM_RESULTS:-/tmp/vm-results}
@@ -143,6 +145,13 @@ if on c-examples; then
 	t0=$(now)
 	tally c-examples 0 < <(VALGRIND=${VM_VALGRIND:-0} bash c-examples/run.sh 2>&1)
 	say "[c-examples] done in $(took "$t0")"
+fi
+
+if on pyverbs; then
+	t0=$(now)
+	tally pyverbs 0 < <(tests/pyverbs/run.sh --system "$QRXE_NETDEV" 2>&1)
+	tally pyverbs 1 < <(tests/pyverbs/run.sh --lib "$OURS_LIB" "$QRXE_NETDEV" 2>&1)
+	say "[pyverbs] done in $(took "$t0")"
 fi
 
 if [ ${#findings[@]} -gt 0 ]; then

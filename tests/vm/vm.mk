@@ -20,7 +20,7 @@ VM_RESULTS        ?= $(CURDIR)/build/vm-results
 # 1: every check of ours must pass (the kernel backend, issue 3);
 # 0: our library's failures are reported as expected failures.
 VM_OURS_MUST_PASS ?= 1
-VM_SECTIONS       ?= utils utils-ours utils-interop dev-debian dev-ours c-examples
+VM_SECTIONS       ?= utils utils-ours utils-interop dev-debian dev-ours c-examples pyverbs
 VM_VALGRIND       ?= 0
 # siw (iWARP): no UD, so no udaddy/mckey; dev_* compared with the .siw.txt files;
 # c-examples too (events the library queues ring a doorbell that iWARP resolves
@@ -37,6 +37,7 @@ vm-deps:
 
 # Build on the host (fast) what the guest runs (TCG is slow to compile).
 vm-build: lib
+	tests/pyverbs/prepare.sh
 	c-examples/run-device.sh --system --build-only
 	c-examples/run-device.sh --lib $(LIBDIR_OUT) --build-only
 
