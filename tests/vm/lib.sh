@@ -14,6 +14,16 @@ wait_cm_id() {
 
 wait_listen() { wait_cm_id "$1" LISTEN; }
 
+# Waits (up to 10 s) until a TCP socket listens on port $1.
+wait_tcp_listen() {
+	local i
+	for i in $(seq 100); do
+		ss -ltn 2>/dev/null | grep -q ":$1 " && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # Waits (up to 15 s) until file $1 has a line containing $2: mckey's receiver
 # says "receiving data transfers" once its join completed; a sender that starts
 # earlier sends into a group nobody receives from yet.
