@@ -43,6 +43,8 @@ pair() {
 
 A=127.0.0.1
 pair rping 1 7301 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
+# -q: rping's own QP, moved by rdma_init_qp_attr, connected with rdma_establish
+pair rping-q 1 7313 "rping -s -q -a $A -p 7313 -v -C 10" "rping -c -q -a $A -p 7313 -v -C 10" "ping data: rdma-ping-9"
 pair udaddy 1 7174 "udaddy" "udaddy -s $A" "test complete"
 pair mckey 1 "out:receiving data transfers" "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
 pair ucmatose 1 7303 "ucmatose -p 7303 -c 10" "ucmatose -s $A -p 7303 -c 10" "test complete"
