@@ -13,6 +13,9 @@
 #                with a device present
 #   pyverbs      rdma-core's pyverbs RDMA-CM tests (tests/pyverbs/run.sh), with
 #                Debian's library, then with ours
+#   same-failure pairs that fail on this device with Debian's library too
+#                (VM_SAME_FAILURE, e.g. "udaddy mckey" on siw): ours must print
+#                the same and exit the same (tests/vm/same-as-debian.sh)
 #
 # Failures that belong to our library (dev-ours, c-examples "(ours...)" and
 # Debian-vs-ours stdout differences) count as expected failures ("XFAIL ...
@@ -145,6 +148,12 @@ if on c-examples; then
 	t0=$(now)
 	tally c-examples 0 < <(VALGRIND=${VM_VALGRIND:-0} bash c-examples/run.sh 2>&1)
 	say "[c-examples] done in $(took "$t0")"
+fi
+
+if on same-failure; then
+	t0=$(now)
+	tally same-failure 1 < <(bash tests/vm/same-as-debian.sh ${VM_SAME_FAILURE:-udaddy mckey} 2>&1)
+	say "[same-failure] done in $(took "$t0")"
 fi
 
 if on pyverbs; then
