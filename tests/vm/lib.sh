@@ -14,11 +14,16 @@ wait_cm_id() {
 
 wait_listen() { wait_cm_id "$1" LISTEN; }
 
-# Waits (up to 10 s) until a TCP socket listens on port $1.
-wait_tcp_listen() {
-	local i
+# wait_port PORT|- [NETNS]: waits (up to 10 s) until a TCP or UDP port is bound,
+# so a loaded machine does not start a client before its server listens (a
+# server that listens on a socket before it makes any cm_id: qperf, the soft
+# fabric's CM). Fails after the 10 s.
+wait_port() {
+	local port=$1 ns=${2:-} i
+	[ "$port" = - ] && { sleep 0.5; return; }
 	for i in $(seq 100); do
-		ss -ltn 2>/dev/null | grep -q ":$1 " && return 0
+		if [ -n "$ns" ]; then ip netns exec "$ns" ss -Hlntu 2>/dev/null; else ss -Hlntu 2>/dev/null; fi \
+			| awk '{print $5}' | grep -q ":$port\$" && return 0
 		sleep 0.1
 	done
 	return 1
