@@ -5,9 +5,11 @@
 //! the active side applies the REP's before RTR. Providers without ECE (rxe,
 //! siw, softverbs, the dummy verbs) answer EOPNOTSUPP, which is ignored, so
 //! for them the local ECE of an id with a library QP is zero, whatever
-//! rdma_set_local_ece said before (c-examples/dev_ece, round "early"). The verbs are looked up at run time (libibverbs
-//! IBVERBS_1.10): a libibverbs without them is "no ECE" too.
+//! rdma_set_local_ece said before (c-examples/dev_ece, round "early"). The
+//! verbs are looked up at run time (libibverbs IBVERBS_1.10): a libibverbs
+//! without them is "no ECE" too. Both backends' CMs carry what `carried` says.
 
+use crate::cm::id::IdState;
 use crate::cm::IdCore;
 use crate::sys::{Errno, Result};
 use rdma_abi::verbs::{ibv_ece, ibv_qp};
@@ -62,6 +64,13 @@ fn ok_or_unsupported(e: i32) -> Result<()> {
     }
 }
 
+/// The ECE a REQ (`rep` false) or a REP carries, as (vendor, options): a REQ
+/// our own; a REP the REQ's vendor with our options (upstream's rdma_accept).
+pub fn carried(st: &IdState, rep: bool) -> (u32, u32) {
+    let (local, remote) = (st.local_ece(), st.remote_ece());
+    (if rep { remote.vendor_id } else { local.vendor_id }, local.options)
+}
+
 /// rdma_create_qp (upstream init_ece): the new QP's ECE is the id's local
 /// one; for an id from a CONNECT_REQUEST whose peer sent ECE, the peer's
 /// options are applied (none when the vendors differ).
@@ -99,4 +108,24 @@ pub fn on_response(local: ibv_ece, qp: *mut ibv_qp, peer_vendor: u32, peer_optio
     }
     ok_or_unsupported(set(qp, &mut e))?;
     Ok(e.options)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cm::id::IdState;
+    use rdma_abi::verbs::ibv_ece;
+
+    #[test]
+    fn a_req_carries_our_ece_and_a_rep_the_reqs_vendor_with_our_options() {
+        let e = |v, o| ibv_ece { vendor_id: v, options: o, comp_mask: 0 };
+        let ch = crate::cm::Channel::new().expect("a channel");
+        let mut st = IdState { channel: ch, private_channel: None, alive: true, options: Default::default(), extra: None };
+        assert_eq!(super::carried(&st, false), (0, 0));
+        st.set_local_ece(e(0x15b3, 3));
+        assert_eq!(super::carried(&st, false), (0x15b3, 3));
+        assert_eq!(super::carried(&st, true), (0, 3), "no REQ vendor: none in the REP");
+        st.set_remote_ece(e(0x1234, 5));
+        assert_eq!(super::carried(&st, true), (0x1234, 3));
+        assert_eq!(super::carried(&st, false), (0x15b3, 3));
+    }
 }

@@ -179,9 +179,8 @@ fn qp_and_ece(core: &IdCore, rep: bool) -> Result<(Option<(u32, bool)>, rdma_ucm
             // SAFETY: the id's live QP (read under the id's lock).
             Some(unsafe { ((*p.qp).qp_num, !(*p.qp).srq.is_null()) })
         };
-        let (local, remote) = (st.local_ece(), st.remote_ece());
-        let vendor_id = if rep { remote.vendor_id } else { local.vendor_id };
-        (qp, rdma_ucm_ece { vendor_id, attr_mod: local.options })
+        let (vendor_id, attr_mod) = crate::ece::carried(st, rep);
+        (qp, rdma_ucm_ece { vendor_id, attr_mod })
     })
 }
 

@@ -166,9 +166,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     m.src = Some(src);
     m.dst = Some(dst);
     m.endpoint = qp_endpoint(qp, &src);
-    let ece = s.core.state().local_ece();
-    m.ece_vendor = ece.vendor_id;
-    m.ece_options = ece.options;
+    (m.ece_vendor, m.ece_options) = crate::ece::carried(&s.core.state(), false);
     m.private = p.private_data;
     drop(st);
     let s2 = s.clone();
@@ -276,13 +274,7 @@ pub fn accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
     }
     let mut m = Msg::new(Kind::Rep);
     m.endpoint = qp_endpoint(qp, &src);
-    // A REP answers in the REQ's vendor's terms: that vendor, our options (the kernel CM's rule).
-    let (local, remote) = {
-        let st = s.core.state();
-        (st.local_ece(), st.remote_ece())
-    };
-    m.ece_vendor = remote.vendor_id;
-    m.ece_options = local.options;
+    (m.ece_vendor, m.ece_options) = crate::ece::carried(&s.core.state(), true);
     m.private = p.private_data;
     m.srq = p.srq;
     m.flow_control = p.flow_control;
