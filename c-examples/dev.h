@@ -570,8 +570,11 @@ static int dev_connect_pair(struct dev_pair *p, const char *req_pdata, const cha
 	return ok ? 0 : -1;
 }
 
-/* Tear down whatever exists (no events expected any more). */
-static void dev_teardown(struct dev_pair *p)
+/*
+ * End one connection: both sides' QPs and ids go, the listener and both
+ * channels stay for the next (programs that connect in rounds).
+ */
+static void dev_end_conn(struct dev_pair *p)
 {
 	if (p->active) {
 		dev_free_qp(p->active, &p->aq);
@@ -583,6 +586,13 @@ static void dev_teardown(struct dev_pair *p)
 		if (rdma_destroy_id(p->child))
 			check(0, "passive: rdma_destroy_id(child): errno %s", dev_errno_name(errno));
 	}
+	p->active = p->child = NULL;
+}
+
+/* Tear down whatever exists (no events expected any more). */
+static void dev_teardown(struct dev_pair *p)
+{
+	dev_end_conn(p);
 	if (p->listen && rdma_destroy_id(p->listen))
 		check(0, "passive: rdma_destroy_id(listener): errno %s", dev_errno_name(errno));
 	if (p->ach)

@@ -80,13 +80,7 @@ out:
 	dev_seq_print(DEV_ACTIVE);
 	dev_seq_print(DEV_PASSIVE);
 	/* keep the listener and both channels for the next round */
-	dev_free_qp(p->active, &p->aq);
-	dev_free_qp(p->child, &p->pq);
-	if (p->active && rdma_destroy_id(p->active))
-		check(0, "active: rdma_destroy_id: errno %s", dev_errno_name(errno));
-	if (p->child && rdma_destroy_id(p->child))
-		check(0, "passive: rdma_destroy_id(child): errno %s", dev_errno_name(errno));
-	p->active = p->child = NULL;
+	dev_end_conn(p);
 	/* nothing may arrive for destroyed ids */
 	CHECK(dev_drain(p->ach, DEV_ACTIVE, 200) == 0 && dev_drain(p->pch, DEV_PASSIVE, 200) == 0,
 	      "no events after rdma_destroy_id", "late events above");

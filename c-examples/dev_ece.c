@@ -126,14 +126,7 @@ static void one_round(struct dev_pair *p, enum round rd)
 		show("passive", "at ESTABLISHED", p->child);
 	finish(p);
 out:
-	/* keep the listener and both channels for the next round */
-	dev_free_qp(p->active, &p->aq);
-	dev_free_qp(p->child, &p->pq);
-	if (p->active && rdma_destroy_id(p->active))
-		check(0, "active: rdma_destroy_id: errno %s", dev_errno_name(errno));
-	if (p->child && rdma_destroy_id(p->child))
-		check(0, "passive: rdma_destroy_id(child): errno %s", dev_errno_name(errno));
-	p->active = p->child = NULL;
+	dev_end_conn(p);
 	dev_seq[DEV_ACTIVE][0] = dev_seq[DEV_PASSIVE][0] = 0;
 }
 
