@@ -528,6 +528,12 @@ impl Conn {
     #[inline(always)]
     pub fn send_data(&mut self, src: &mut Gather, max: usize) -> Result<usize> {
         let Some(t) = self.take_target() else { return Ok(0) };
+        self.send_data_to(t, src, max)
+    }
+
+    /// `send_data` into `t`, the target `take_target` gave.
+    #[inline(always)]
+    pub fn send_data_to(&mut self, t: Sge, src: &mut Gather, max: usize) -> Result<usize> {
         let len = max.min(self.sbuf_avail).min(t.length as usize).min(src.left());
         if len == 0 {
             return Ok(0);
@@ -846,15 +852,22 @@ impl Conn {
         self.consume(room, |src, done, n| unsafe { std::ptr::copy_nonoverlapping(src, p.add(done), n) })
     }
 
-    /// Whether one data message can carry `len` bytes now, whole (`can_send` holds
-    /// and neither the first chunk, the ring nor the peer's advert cuts it).
+    /// The target of one data message that can carry `len` bytes now, whole
+    /// (`can_send` holds and neither the first chunk, the ring nor the peer's
+    /// advert cuts it); for `send_data_to`.
     #[inline]
-    pub fn fits_one(&mut self, len: usize) -> bool {
-        len <= self.first_chunk()
-            && len <= self.sbuf_avail
-            && self.iomap_pending.is_empty()
-            && self.can_send()
-            && self.take_target().is_some_and(|t| t.length as usize >= len)
+    pub fn fits_one(&mut self, len: usize) -> Option<Sge> {
+        if len > self.first_chunk()
+            || len > self.sbuf_avail
+            || !self.iomap_pending.is_empty()
+            || self.data_avail < self.wrs()
+            || self.sbuf_avail < RS_SNDLOWAT.min(self.sbuf_size)
+            || self.sseq_no == self.sseq_comp
+        {
+            return None;
+        }
+        // `can_send`'s last condition (a target buffer) is this one's taking.
+        self.take_target().filter(|t| t.length as usize >= len)
     }
 
     /// Takes up to `room` bytes off the front of the queue, handing each run of

@@ -854,11 +854,9 @@ impl Stream {
             return None;
         }
         let c = st.conn.as_mut()?;
-        if !c.fits_one(len) {
-            return None;
-        }
+        let t = c.fits_one(len)?;
         // `send_some`'s one message, without its loop (it would end after this one).
-        if let Err(e) = c.send_data(&mut Gather::new(Segs::One([Seg { ptr: buf as *mut u8, len }])), len) {
+        if let Err(e) = c.send_data_to(t, &mut Gather::new(Segs::One([Seg { ptr: buf as *mut u8, len }])), len) {
             return Some(Err(e));
         }
         st.note_sent();
