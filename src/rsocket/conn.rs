@@ -434,10 +434,15 @@ impl Conn {
     /// Whether a data message can go now (rsocket.md §4 "Send").
     #[inline]
     pub fn can_send(&self) -> bool {
+        self.send_resources() && self.target_ready()
+    }
+
+    /// `can_send` but for the target buffer: a send credit, ring room, a peer credit.
+    #[inline]
+    fn send_resources(&self) -> bool {
         self.data_avail >= self.wrs()
             && self.sbuf_avail >= RS_SNDLOWAT.min(self.sbuf_size)
             && self.sseq_no != self.sseq_comp
-            && self.target_ready()
     }
 
     /// Whether riowrite (no credit, no advert needed) can post now.
@@ -857,16 +862,10 @@ impl Conn {
     /// advert cuts it); for `send_data_to`.
     #[inline]
     pub fn fits_one(&mut self, len: usize) -> Option<Sge> {
-        if len > self.first_chunk()
-            || len > self.sbuf_avail
-            || !self.iomap_pending.is_empty()
-            || self.data_avail < self.wrs()
-            || self.sbuf_avail < RS_SNDLOWAT.min(self.sbuf_size)
-            || self.sseq_no == self.sseq_comp
-        {
+        if len > self.first_chunk() || len > self.sbuf_avail || !self.iomap_pending.is_empty() || !self.send_resources() {
             return None;
         }
-        // `can_send`'s last condition (a target buffer) is this one's taking.
+        // `can_send`'s other condition (a target buffer) is this one's taking.
         self.take_target().filter(|t| t.length as usize >= len)
     }
 
