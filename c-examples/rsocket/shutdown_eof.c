@@ -62,9 +62,28 @@ int main(int argc, char **argv)
 	CHECK(ret == 0 && now_ms() - t0 < 5000, "peer closed: EOF", "ret %d errno %d", ret, errno);
 	rclose(s);
 
+	/* small messages just before the peer leaves: rshutdown and rclose have
+	 * nothing left to wait for and return at once, not at the end of a 2-second
+	 * bound */
+	rs_pair(l, port, &c, &s);
+	for (int i = 0; i < 3; i++)
+		CHECK(rsend(s, "abc", 3, 0) == 3, "small rsend", "%s", strerror(errno));
+	CHECK(rrecv(c, buf, 9, MSG_WAITALL) == 9, "the peer reads them", "%s", strerror(errno));
+	rclose(c);
+	CHECK(rrecv(s, buf, sizeof(buf), 0) == 0, "then sees EOF", "errno %d", errno);
+	t0 = now_ms();
+	rshutdown(s, SHUT_RDWR);
+	rclose(s);
+	CHECK(now_ms() - t0 < 1500, "rshutdown and rclose after the peer left return promptly", "took %lld ms",
+	      now_ms() - t0);
+
 	/* SHUT_RD: no EOF for the peer, which can still send */
 	rs_pair(l, port, &c, &s);
+	CHECK(rsend(c, "abc", 3, 0) == 3, "small rsend", "%s", strerror(errno));
+	t0 = now_ms();
 	CHECK(rshutdown(c, SHUT_RD) == 0, "rshutdown(SHUT_RD)", "%s", strerror(errno));
+	CHECK(now_ms() - t0 < 1500, "which returns promptly", "took %lld ms", now_ms() - t0);
+	CHECK(rrecv(s, buf, 3, MSG_WAITALL) == 3, "peer receives what came before", "%s", strerror(errno));
 	CHECK(rrecv(c, buf, sizeof(buf), 0) == 0, "reads after SHUT_RD give 0", "errno %d", errno);
 	CHECK(rsend(c, "still", 5, 0) == 5, "sends after SHUT_RD work", "%s", strerror(errno));
 	CHECK(rrecv(s, buf, 5, MSG_WAITALL) == 5, "peer receives them", "%s", strerror(errno));

@@ -60,9 +60,15 @@ type Stack = std::mem::MaybeUninit<[u8; STACK_INLINE]>;
 
 const CTRL_AREA: usize = RS_QP_CTRL_SIZE as usize * SGE_LEN;
 
-fn wr_id(pool: u64, bytes: usize, m: u32) -> u64 {
-    (pool << POOL_SHIFT) | (((bytes as u64) & BYTES_MASK) << BYTES_SHIFT) | m as u64
+/// A send's id: its pool and ring bytes (returned when it completes); `post` puts in the
+/// low 32 bits the unsignaled data requests its completion also stands for.
+fn wr_id(pool: u64, bytes: usize) -> u64 {
+    (pool << POOL_SHIFT) | (((bytes as u64) & BYTES_MASK) << BYTES_SHIFT)
 }
+const QUIET_MASK: u64 = 0xFFFF_FFFF;
+/// Most data requests posted unsignaled in a row: each saves the device a completion
+/// and us a CQ entry, and a run never holds more than half the data credits hostage.
+const QUIET_RUN: u32 = 15;
 
 /// A work request for `sges` to `raddr/rkey`, inline when asked and there are bytes
 /// (the caller fills in id, opcode and immediate data).
@@ -123,6 +129,10 @@ pub struct Conn {
     pub sseq_no: u16,
     pub sseq_comp: u16,
     pub data_avail: u32,
+    /// Data requests posted unsignaled since the last signaled one (their credits come
+    /// back with its completion: RC completes in order).
+    quiet: u32,
+    quiet_max: u32,
     pub ctrl_avail: u32,
     pub ctrl_slot: usize,
     pub sbuf_avail: usize,
@@ -184,7 +194,9 @@ impl Conn {
         attr.cap =
             ibv_qp_cap { max_send_wr: sq, max_recv_wr: rq, max_send_sge: 2, max_recv_sge: 1, max_inline_data: inline };
         attr.qp_type = IBV_QPT_RC;
-        attr.sq_sig_all = 1;
+        // Upstream signals every send; we leave short runs of small data messages
+        // unsignaled (`post`).
+        attr.sq_sig_all = 0;
         // SAFETY: our id; the library PD (NULL asks for the id's); attr lives across the call.
         if let Err(e) = cm::check(unsafe { cm::rdma_create_qp(id.raw(), std::ptr::null_mut(), &mut attr) }) {
             cq.destroy();
@@ -233,6 +245,8 @@ impl Conn {
             sseq_no: 0,
             sseq_comp: 0,
             data_avail: sq - RS_QP_CTRL_SIZE,
+            quiet: 0,
+            quiet_max: ((sq - RS_QP_CTRL_SIZE) / 2).min(QUIET_RUN),
             ctrl_avail: RS_QP_CTRL_SIZE,
             ctrl_slot: 0,
             sbuf_avail: z.sbuf_size,
@@ -400,10 +414,10 @@ impl Conn {
             let len = sges.iter().map(|s| s.length as usize).sum();
             return self.post_msg_send(wr, len, pool, bytes, m);
         }
-        wr.wr_id = wr_id(pool, bytes, m);
+        wr.wr_id = wr_id(pool, bytes);
         wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wr.imm_data = m.to_be();
-        post_send(self.qp, &mut wr)
+        self.post(&mut wr, pool == POOL_DATA && bytes == 0)
     }
 
     /// `post_msg_write` on iWARP: `wr` (a write of `len` bytes) if it carries any,
@@ -411,16 +425,16 @@ impl Conn {
     #[inline(never)]
     fn post_msg_send(&mut self, mut wr: ibv_send_wr, len: usize, pool: u64, bytes: usize, m: u32) -> Result<()> {
         if len > 0 {
-            wr.wr_id = wr_id(pool, bytes, msg(OP_WRITE, 0));
+            wr.wr_id = wr_id(pool, bytes);
             wr.opcode = IBV_WR_RDMA_WRITE;
-            post_send(self.qp, &mut wr)?;
+            self.post(&mut wr, false)?;
         }
         let word = m.to_ne_bytes();
         let mut s = [ibv_sge { addr: word.as_ptr() as u64, length: 4, lkey: 0 }];
         let mut send = write_wr(&mut s, true, 0, 0);
-        send.wr_id = wr_id(pool, if len > 0 { 0 } else { bytes }, m);
+        send.wr_id = wr_id(pool, if len > 0 { 0 } else { bytes });
         send.opcode = IBV_WR_SEND;
-        let r = post_send(self.qp, &mut send);
+        let r = self.post(&mut send, false);
         if r.is_err() && len > 0 {
             // The WRITE is posted and gives its ring bytes back when it completes, so the
             // caller must count the message as sent; without its SEND the peer never sees
@@ -429,6 +443,38 @@ impl Conn {
             return Ok(());
         }
         r
+    }
+
+    /// Posts `wr`: unsignaled when `quiet` (a data message with no ring bytes to give
+    /// back) and the run is short enough, else signaled and carrying the run.
+    #[inline(always)]
+    fn post(&mut self, wr: &mut ibv_send_wr, quiet: bool) -> Result<()> {
+        if quiet && self.quiet < self.quiet_max {
+            post_send(self.qp, wr)?;
+            self.quiet += 1;
+            return Ok(());
+        }
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        wr.wr_id |= self.quiet as u64;
+        post_send(self.qp, wr)?;
+        self.quiet = 0;
+        Ok(())
+    }
+
+    /// Before waiting for all sends to finish: a run of unsignaled data messages needs a
+    /// signaled request after it (an empty write, as a keepalive) to report it done. One
+    /// that cannot be posted (no control credit, a broken QP) leaves the run counted as
+    /// done: the wait must end, and a broken QP has lost it anyway.
+    pub fn fence(&mut self) {
+        if self.quiet == 0 || (self.ctrl_ok(1) && self.send_ctrl(CTRL_KEEPALIVE).is_ok()) {
+            return;
+        }
+        self.data_avail += self.quiet;
+        self.quiet = 0;
+    }
+
+    pub fn quiet_pending(&self) -> bool {
+        self.quiet > 0
     }
 
     /// Whether a data message can go now (rsocket.md §4 "Send").
@@ -459,7 +505,8 @@ impl Conn {
     /// wire is busy anyway, and every extra message costs the peer a completion and
     /// an acknowledgement.
     pub fn first_chunk(&self) -> usize {
-        let in_flight = self.data_avail < self.sq_size - RS_QP_CTRL_SIZE;
+        // Unsignaled messages are small, inline, and long gone from the wire in practice.
+        let in_flight = self.data_avail + self.quiet < self.sq_size - RS_QP_CTRL_SIZE;
         if self.ramp && !in_flight {
             RS_OLAP_START_SIZE
         } else {
@@ -595,9 +642,9 @@ impl Conn {
             None => unsafe { self.stage(src, len, &mut stack) },
         };
         let mut wr = write_wr(sges.as_mut(), inline, raddr, rkey);
-        wr.wr_id = wr_id(POOL_DATA, bytes, msg(OP_WRITE, 0));
+        wr.wr_id = wr_id(POOL_DATA, bytes);
         wr.opcode = IBV_WR_RDMA_WRITE;
-        if let Err(e) = post_send(self.qp, &mut wr) {
+        if let Err(e) = self.post(&mut wr, false) {
             self.unstage(bytes);
             return Err(e);
         }
@@ -641,9 +688,9 @@ impl Conn {
         let m = msg(OP_CTRL, ctrl);
         if ctrl == CTRL_KEEPALIVE {
             let mut wr = write_wr(&mut [], false, 0, 0);
-            wr.wr_id = wr_id(POOL_CTRL, 0, m);
+            wr.wr_id = wr_id(POOL_CTRL, 0);
             wr.opcode = IBV_WR_RDMA_WRITE;
-            post_send(self.qp, &mut wr)?;
+            self.post(&mut wr, false)?;
             self.ctrl_avail -= 1;
             return Ok(());
         }
@@ -767,9 +814,13 @@ impl Conn {
                         POOL_CTRL => self.ctrl_avail += 1,
                         _ => self.data_avail += 1,
                     }
+                    self.data_avail += (wc.wr_id & QUIET_MASK) as u32;
                     self.sbuf_avail += ((wc.wr_id >> BYTES_SHIFT) & BYTES_MASK) as usize;
                     if wc.status != IBV_WC_SUCCESS {
+                        // A QP in error completes every request, unsignaled ones too, so
+                        // a run can be counted twice (by its own entries and its carrier).
                         f.send_error = true;
+                        self.data_avail = self.data_avail.min(self.sq_size - RS_QP_CTRL_SIZE);
                     }
                 }
             }

@@ -1079,6 +1079,16 @@ impl Stream {
                 }
             }
         }
+        if st.phase != Phase::Closed && st.conn.as_ref().is_some_and(|c| c.quiet_pending()) {
+            let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().is_none_or(|c| c.ctrl_ok(1)));
+            st = match r {
+                Ok(g) => g,
+                Err(_) => self.lock(),
+            };
+            if let Some(c) = st.conn.as_mut() {
+                c.fence();
+            }
+        }
         if st.conn.is_some() && st.phase != Phase::Closed {
             let r = self.wait(st, false, Some(deadline), |s| s.conn.as_ref().is_none_or(|c| c.all_sends_done()));
             st = match r {
