@@ -117,6 +117,11 @@ pub struct Conn {
     pub rbuf_size: usize,
     /// iWARP: 32-bit messages travel as SENDs (no immediate data).
     pub msg_send: bool,
+    /// An iWARP responder sends nothing of its own (credit adverts) until the
+    /// initiator's first message arrives: MPA lets the responder's first frame
+    /// follow the initiator's, and siw misparses one that lands right behind
+    /// its MPA reply (TERMINATE, the initiator's connect fails with EINVAL).
+    pub mute: bool,
     /// Sends on an idle wire start small and grow (rsocket.md §4), so the first bytes
     /// travel while the rest is copied; not on software devices (`is_software`).
     pub ramp: bool,
@@ -239,6 +244,7 @@ impl Conn {
             sbuf_size: z.sbuf_size,
             rbuf_size,
             msg_send,
+            mute: false,
             ramp: !is_software(verbs),
             swap: false,
             target_iomap_len: iomap_len,
@@ -705,7 +711,7 @@ impl Conn {
     pub fn update_credits(&mut self, open: bool) {
         // Runs after every CQ poll (busy loops included): the common "nothing due" stays inline.
         let half = self.rbuf_size / 2;
-        if open && (self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0) {
+        if open && !self.mute && (self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0) {
             self.send_credits();
         }
     }
@@ -792,6 +798,7 @@ impl Conn {
                         continue;
                     }
                     reposts += 1;
+                    self.mute = false;
                     let m = if wc.wc_flags & IBV_WC_WITH_IMM != 0 {
                         u32::from_be(wc.imm_data)
                     } else {

@@ -735,6 +735,7 @@ impl Stream {
             }
         };
         conn.save_peer(&peer);
+        conn.mute = conn.msg_send;
         let cd = conn.conn_data().encode();
         // SAFETY: all-zero is a valid conn_param.
         let mut p: rdma_conn_param = param.unwrap_or(unsafe { std::mem::zeroed() });
@@ -763,10 +764,8 @@ impl Stream {
             st.phase = Phase::Open;
             st.readable = true;
             st.writable = true;
+            conn.update_credits(true);
             st.conn = Some(conn);
-            if let Some(c) = st.conn.as_mut() {
-                c.update_credits(true);
-            }
         }
         Ok(s)
     }
