@@ -53,7 +53,7 @@ lib: staticlib librdmacm.map
 check-map:
 	tools/gen-map.sh && git diff --exit-code -- librdmacm.map
 
-test: all test-rust test-abi test-c test-softverbs test-soft test-rsocket test-vm test-vm-siw test-vm-rsocket
+test: all test-rust test-abi test-c test-softverbs test-soft test-rsocket test-vm test-vm-siw test-vm-rsocket test-vm-rsocket-siw
 
 test-rust:
 	$(CARGO) test --workspace

@@ -217,6 +217,14 @@ static inline void fail_stuck(const char *what)
 	_exit(1);
 }
 
+/* fail_stuck with errno's text: "FAIL what: strerror(errno)". */
+static inline void fail_stuck_errno(const char *what)
+{
+	printf("FAIL %s: %s\n", what, strerror(errno));
+	fflush(stdout);
+	_exit(1);
+}
+
 /*
  * Create an event channel or skip: Debian's librdmacm fails here with
  * ENODEV when the machine has no RDMA device.

@@ -15,7 +15,7 @@ static void send_late(void *msg)
 	ssize_t len = strlen(msg);
 
 	if (rsendto(y, msg, len, 0, (struct sockaddr *)&xa, sizeof(xa)) != len)
-		fail_stuck("the peer's rsendto failed");
+		fail_stuck_errno("the peer's rsendto failed");
 }
 
 static void interrupted(int x, int with_from, char *msg, const char *what)

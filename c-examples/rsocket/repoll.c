@@ -28,7 +28,7 @@ static void *late_main(void *arg)
 	else
 		n = rsend(l->fd, "late", 4, 0);
 	if (n != 4)
-		fail_stuck("the late send failed");
+		fail_stuck_errno("the late send failed");
 	return NULL;
 }
 
@@ -121,19 +121,25 @@ int main(int argc, char **argv)
 		got = woken(ep, &ls);
 		CHECK(got == 5 && rrecv(s, buf, sizeof(buf), 0) == 4, "a sleeper is woken by data sent to a stream rsocket",
 		      "reported %llu", got);
-		got = woken(ep, &ld);
-		CHECK(got == 6 && rrecv(x, buf, sizeof(buf), 0) == 4, "and by a datagram (the first: over UDP)",
-		      "reported %llu", got);
-		ld.fd = x;
-		ld.to = ya;
-		ev.data.u64 = 7;
-		repoll_ctl(ep, EPOLL_CTL_ADD, y, &ev);
-		got = woken(ep, &ld);
-		CHECK(got == 7 && rrecv(y, buf, sizeof(buf), 0) == 4, "and by a datagram back (over UD)", "reported %llu", got);
-		ld.fd = y;
-		ld.to = xa;
-		got = woken(ep, &ld);
-		CHECK(got == 6 && rrecv(x, buf, sizeof(buf), 0) == 4, "and by the next datagram (over UD)", "reported %llu", got);
+		if (no_ud()) {
+			printf("skip sleepers woken by datagrams: RS_TEST_NO_UD (no UD QPs on this device)\n");
+		} else {
+			got = woken(ep, &ld);
+			CHECK(got == 6 && rrecv(x, buf, sizeof(buf), 0) == 4, "and by a datagram (the first: over UDP)",
+			      "reported %llu", got);
+			ld.fd = x;
+			ld.to = ya;
+			ev.data.u64 = 7;
+			repoll_ctl(ep, EPOLL_CTL_ADD, y, &ev);
+			got = woken(ep, &ld);
+			CHECK(got == 7 && rrecv(y, buf, sizeof(buf), 0) == 4, "and by a datagram back (over UD)",
+			      "reported %llu", got);
+			ld.fd = y;
+			ld.to = xa;
+			got = woken(ep, &ld);
+			CHECK(got == 6 && rrecv(x, buf, sizeof(buf), 0) == 4, "and by the next datagram (over UD)",
+			      "reported %llu", got);
+		}
 		close(ep);
 		rclose(x);
 		rclose(y);

@@ -79,6 +79,15 @@ static inline int readable(int fd, int ms)
 	return r == 1 && (p.revents & POLLIN);
 }
 
+/* RS_TEST_NO_UD=1: the device has no UD QPs (siw), so datagram rsockets fail
+ * there with either library; checks skip their datagram parts. */
+static inline int no_ud(void)
+{
+	const char *v = getenv("RS_TEST_NO_UD");
+
+	return v && *v == '1';
+}
+
 static inline int port_arg(int argc, char **argv)
 {
 	return argc > 1 ? atoi(argv[1]) : 7950;

@@ -6,7 +6,7 @@
 RSP_LIB := $(LIBDIR_OUT)/librspreload.so
 RSP_DIR := $(LIBDIR)/rsocket
 
-.PHONY: rspreload test-rsocket test-vm-rsocket bench-vm-rsocket profile-vm-rsocket install-rspreload uninstall-rspreload
+.PHONY: rspreload test-rsocket test-vm-rsocket test-vm-rsocket-siw bench-vm-rsocket profile-vm-rsocket install-rspreload uninstall-rspreload
 
 all: rspreload
 
@@ -25,6 +25,14 @@ test-vm-rsocket: all
 	bash tests/rsocket/build.sh
 	@rm -rf $(VM_RESULTS)/rsocket; mkdir -p $(VM_RESULTS)/rsocket
 	QRXE_OUTDIR=$(VM_RESULTS)/rsocket QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket" \
+	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
+
+# The same on SoftiWARP (siw0): iWARP's message mode (RS_OPT_MSG_SEND) against
+# Debian's; datagram rsockets fail there with both libraries (no UD QPs).
+test-vm-rsocket-siw: all
+	bash tests/rsocket/build.sh
+	@rm -rf $(VM_RESULTS)/rsocket-siw; mkdir -p $(VM_RESULTS)/rsocket-siw
+	QRXE_RDMA=siw QRXE_OUTDIR=$(VM_RESULTS)/rsocket-siw QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-siw" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
 
 # rstream with Debian's rsockets vs ours on rxe in the qemu guest (ratios, never asserted).
