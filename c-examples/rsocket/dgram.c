@@ -15,6 +15,10 @@ int main(int argc, char **argv)
 	ssize_t n;
 
 	watchdog(30);
+	if (no_ud()) {
+		check_no_ud(port);
+		return check_done();
+	}
 	memset(big, 0, sizeof(big));
 	x = rsocket(AF_INET, SOCK_DGRAM, 0);
 	y = rsocket(AF_INET, SOCK_DGRAM, 0);

@@ -52,6 +52,10 @@ int main(int argc, char **argv)
 	char buf[64];
 
 	watchdog(30);
+	if (no_ud()) {
+		check_no_ud(port);
+		return check_done();
+	}
 	xa = lo_addr(port);
 	ya = lo_addr(port + 1);
 	x = rsocket(AF_INET, SOCK_DGRAM, 0);

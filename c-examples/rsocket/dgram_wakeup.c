@@ -42,6 +42,10 @@ int main(int argc, char **argv)
 	int r;
 
 	watchdog(20);
+	if (no_ud()) {
+		check_no_ud(port);
+		return check_done();
+	}
 	a = lo_addr(port);
 	x = rsocket(AF_INET, SOCK_DGRAM, 0);
 	y = rsocket(AF_INET, SOCK_DGRAM, 0);

@@ -122,7 +122,7 @@ int main(int argc, char **argv)
 		CHECK(got == 5 && rrecv(s, buf, sizeof(buf), 0) == 4, "a sleeper is woken by data sent to a stream rsocket",
 		      "reported %llu", got);
 		if (no_ud()) {
-			printf("skip sleepers woken by datagrams: RS_TEST_NO_UD (no UD QPs on this device)\n");
+			check_no_ud(port + 3);
 		} else {
 			got = woken(ep, &ld);
 			CHECK(got == 6 && rrecv(x, buf, sizeof(buf), 0) == 4, "and by a datagram (the first: over UDP)",

@@ -118,8 +118,8 @@ pub struct Conn {
     /// iWARP: 32-bit messages travel as SENDs (no immediate data).
     pub msg_send: bool,
     /// An iWARP responder sends nothing of its own (credit adverts) until the
-    /// initiator's first message arrives: MPA lets the responder's first frame
-    /// follow the initiator's, and siw misparses one that lands right behind
+    /// initiator's first message arrives: MPA (RFC 5044) expects the initiator
+    /// to send the first frame, and siw misparses one that lands right behind
     /// its MPA reply (TERMINATE, the initiator's connect fails with EINVAL).
     pub mute: bool,
     /// Sends on an idle wire start small and grow (rsocket.md §4), so the first bytes
