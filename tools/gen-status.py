@@ -38,11 +38,11 @@ for node, s in syms:
     elif s in core:
         st = CORE
     elif s in passthru:
-        st = "rsockets and plain fds: soft fabric and rxe (checked in the VM)"
+        st = "rsockets and plain fds: soft fabric, rxe and siw (checked in the VM)"
     elif node == "RDMACM_RS_1.0":
         st = "rdma_verbs.h helper as a real function (for FFI callers)"
     elif not s.startswith("rdma_"):
-        st = "rsocket: soft fabric and rxe, wire-compatible with Debian's (checked in the VM)"
+        st = "rsocket: soft fabric, rxe and siw, wire-compatible with Debian's (checked in the VM; siw has no UD QPs: datagram sends fail with EOPNOTSUPP, as Debian's)"
     else:
         st = DEVICE
     rows.append(f"| `{s}` | {node} | {st} |")
