@@ -162,6 +162,8 @@ pub struct Conn {
     /// Remaining bytes of each received data message, oldest first.
     pub rmsg: VecDeque<u32>,
     recv_posted: u64,
+    /// Receives consumed by completions and not posted again yet (`repost`).
+    repost_due: u32,
 
     pub iomaps: Vec<IoMapping>,
     pub iomap_pending: VecDeque<usize>,
@@ -270,6 +272,7 @@ impl Conn {
             rfree: rbuf_size / 2,
             rmsg: VecDeque::with_capacity(rq as usize + 1),
             recv_posted: 0,
+            repost_due: 0,
             iomaps: Vec::new(),
             iomap_pending: VecDeque::new(),
         };
@@ -721,7 +724,7 @@ impl Conn {
         let half = self.rbuf_size / 2;
         let advert = self.rbuf_avail >= half;
         let need = if advert && self.msg_send { 2 } else { 1 };
-        if !self.ctrl_ok(need) || self.remote_sgl.length == 0 {
+        if !self.ctrl_ok(need) || self.remote_sgl.length == 0 || self.repost().is_err() {
             return;
         }
         let credit = msg(OP_SGL, self.rseq_no as u32 + self.rq_size);
@@ -771,16 +774,48 @@ impl Conn {
     }
 
     /// Polls the CQ dry: queues received data, applies credits and control
-    /// messages, returns send resources, reposts receives.
+    /// messages, returns send resources (receives are posted again by `repost`).
     #[inline]
     pub fn process_cq(&mut self) -> Result<Found> {
+        // A receive that cannot be posted again breaks the connection, as a send
+        // that cannot be posted does.
+        let lost = self.repost_due > 0 && self.repost().is_err();
+        if lost {
+            self.repost_due = 0;
+        }
         // Busy loops poll an empty CQ constantly: that case stays inline.
         let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); WC_BATCH];
         let got = self.cq.poll(&mut wcs)?;
         if got.is_empty() {
-            return Ok(Found::default());
+            return Ok(Found { any: lost, send_error: lost, ..Found::default() });
         }
-        self.process_wcs(got)
+        let mut f = self.process_wcs(got)?;
+        f.send_error |= lost;
+        Ok(f)
+    }
+
+    /// Posts the receives completions consumed (`repost_due`). Deferred from the CQ
+    /// pass that found them to the next send or CQ pass: a ping-pong's receive
+    /// then returns its data and sends the answer first. For the peer a receive not
+    /// posted again is one whose message is not processed yet, which it must allow
+    /// for anyway: its data is bound by our credits, and `send_credits` first
+    /// posts these, so a credit never names a receive that is not posted.
+    #[inline(never)]
+    pub fn repost(&mut self) -> Result<()> {
+        while self.repost_due > 0 {
+            self.post_recv()?;
+            self.repost_due -= 1;
+        }
+        Ok(())
+    }
+
+    /// After a data send: the deferred receives (`repost`). A failure stays due
+    /// for the next CQ pass, which reports it.
+    #[inline]
+    pub fn sent(&mut self) {
+        if self.repost_due > 0 {
+            let _ = self.repost();
+        }
     }
 
     /// Handles `first` (a non-empty poll) and what later polls return.
@@ -839,12 +874,8 @@ impl Conn {
                 break;
             }
         }
-        for _ in 0..reposts {
-            if self.post_recv().is_err() {
-                f.send_error = true;
-                break;
-            }
-        }
+        // Posted again after the caller's next send (`repost`), not on the way to the data.
+        self.repost_due += reposts;
         Ok(f)
     }
 
