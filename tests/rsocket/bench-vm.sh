@@ -13,6 +13,10 @@ OURS=$PWD/build/lib
 ROUNDS=${ROUNDS:-5}
 out=${RS_VM_OUT:-/tmp/rsocket-bench}; mkdir -p "$out"
 port=7900; failed=0
+# Server and client each on its own vCPU (RS_PIN=0: wherever the guest puts them):
+# the guest scheduler moving them adds to the round-to-round swing.
+PIN_SRV= PIN_CLI=
+[ "${RS_PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ] && PIN_SRV="taskset -c 0" PIN_CLI="taskset -c 1"
 declare -A T   # T[test.lib] = "usec usec ...", one per round ("x": that round failed)
 . tests/vm/lib.sh # wait_listen
 
@@ -22,11 +26,11 @@ one() {
 	[ "$lib" = ours ] && env=(LD_LIBRARY_PATH=$OURS)
 	[ "$lib" = debian ] && [ -n "${RS_BASE:-}" ] && env=(LD_LIBRARY_PATH=$RS_BASE)
 	port=$((port+1))
-	env "${env[@]}" timeout 120 rstream -b "$IP" -p $port $args > "$out/$t.$lib.$port.server.log" 2>&1 &
+	env "${env[@]}" timeout 120 $PIN_SRV rstream -b "$IP" -p $port $args > "$out/$t.$lib.$port.server.log" 2>&1 &
 	local spid=$!
 	wait_listen rstream || echo "  (rstream server did not listen within 10 s; starting the client anyway)"
 	local u=""
-	if env "${env[@]}" timeout 120 rstream -s "$IP" -p $port $args > "$out/$t.$lib.$port.log" 2>&1 && wait $spid; then
+	if env "${env[@]}" timeout 120 $PIN_CLI rstream -s "$IP" -p $port $args > "$out/$t.$lib.$port.log" 2>&1 && wait $spid; then
 		u=$(awk '$1 == "custom" {print $8}' "$out/$t.$lib.$port.log")
 		[ -n "$u" ] || echo "FAIL rstream $args with $lib's library: no result line (log $out/$t.$lib.$port.log)"
 	else

@@ -37,9 +37,10 @@ test-vm-rsocket-siw: all
 
 # rstream with Debian's rsockets vs ours on rxe in the qemu guest (ratios, never asserted).
 RS_BENCH_ROUNDS ?= 5
+RS_PIN ?= 1
 bench-vm-rsocket: all
 	@mkdir -p $(VM_RESULTS)/rsocket-bench
-	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-bench ROUNDS=$(RS_BENCH_ROUNDS) RS_TESTS=$(RS_TESTS) RS_BASE=$(if $(RS_BENCH_BASE),$(abspath $(RS_BENCH_BASE)))" \
+	QRXE_OUTDIR=$(VM_RESULTS)/rsocket-bench QRXE_ENV="RS_PIN=$(RS_PIN) RS_VM_OUT=$(VM_RESULTS)/rsocket-bench ROUNDS=$(RS_BENCH_ROUNDS) RS_TESTS=$(RS_TESTS) RS_BASE=$(if $(RS_BENCH_BASE),$(abspath $(RS_BENCH_BASE)))" \
 	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/bench-vm.sh'
 
 # Instructions per 64-byte ping-pong round trip in the client, Debian's rsockets vs
