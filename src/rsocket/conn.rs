@@ -795,8 +795,8 @@ impl Conn {
     }
 
     /// Posts the receives completions consumed (`repost_due`). Deferred from the CQ
-    /// pass that found them to the next send or CQ pass: a ping-pong's receive
-    /// then returns its data and sends the answer first. For the peer a receive not
+    /// pass that found them to the next send or CQ pass (up to a quarter of the
+    /// queue): a ping-pong's receive then returns its data and sends the answer first. For the peer a receive not
     /// posted again is one whose message is not processed yet, which it must allow
     /// for anyway: its data is bound by our credits, and `send_credits` first
     /// posts these, so a credit never names a receive that is not posted.
@@ -874,8 +874,14 @@ impl Conn {
                 break;
             }
         }
-        // Posted again after the caller's next send (`repost`), not on the way to the data.
+        // Posted again after the caller's next send (`repost`), not on the way to the data,
+        // while three quarters of the queue stay posted: the peer's control messages need
+        // no credit, so a small queue (the tunables allow 1) keeps its headroom.
         self.repost_due += reposts;
+        if self.repost_due > self.rq_size / 4 && self.repost().is_err() {
+            self.repost_due = 0;
+            f.send_error = true;
+        }
         Ok(f)
     }
 

@@ -163,6 +163,10 @@ duo rstream rstream-async-keepalive 120 "-T a -k 1 -S 65536 -C 500"
 conf=$PWD/$out/conf; mkdir -p "$conf"; echo 16 > "$conf/sqsize_default"; echo 16 > "$conf/rqsize_default"
 echo 0 > "$conf/inline_default"; echo 1 > "$conf/polling_time"
 duo rstream rstream-tiny-tunables 120 "-T v -B 4096 -S 1048576 -C 20" "RDMACM_RS_RSOCKET_CONF=$conf"
+# queues of 4: receives posted again after the answer (one deferred at most), credits each 2
+qconf=$PWD/$out/conf-q4; mkdir -p "$qconf"; echo 4 > "$qconf/sqsize_default"; echo 4 > "$qconf/rqsize_default"
+duo rstream rstream-q4-pingpong 120 "-T v -S 64 -I 2000 -C 1" "RDMACM_RS_RSOCKET_CONF=$qconf"
+duo rstream rstream-q4-stream 120 "-T v -S 64 -C 20000" "RDMACM_RS_RSOCKET_CONF=$qconf"
 
 # --- riostream: riomap/riowrite placement ---
 for mode in n b; do
