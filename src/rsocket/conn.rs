@@ -616,6 +616,11 @@ impl Conn {
         }
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.data_avail -= self.wrs();
+        // Behind the message's doorbell now: the receives the last CQ pass consumed.
+        // A failure stays due for the next CQ pass, which reports it.
+        if self.repost_due > 0 {
+            let _ = self.repost();
+        }
         Ok(len)
     }
 
@@ -777,12 +782,7 @@ impl Conn {
     /// messages, returns send resources (receives are posted again by `repost`).
     #[inline]
     pub fn process_cq(&mut self) -> Result<Found> {
-        // A receive that cannot be posted again breaks the connection, as a send
-        // that cannot be posted does.
-        let lost = self.repost_due > 0 && self.repost().is_err();
-        if lost {
-            self.repost_due = 0;
-        }
+        let lost = self.repost_due > 0 && self.repost_lost();
         // Busy loops poll an empty CQ constantly: that case stays inline.
         let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); WC_BATCH];
         let got = self.cq.poll(&mut wcs)?;
@@ -794,14 +794,15 @@ impl Conn {
         Ok(f)
     }
 
-    /// Posts the receives completions consumed (`repost_due`). Deferred from the CQ
-    /// pass that found them to the next send or CQ pass (up to a quarter of the
-    /// queue): a ping-pong's receive then returns its data and sends the answer first. For the peer a receive not
-    /// posted again is one whose message is not processed yet, which it must allow
-    /// for anyway: its data is bound by our credits, and `send_credits` first
-    /// posts these, so a credit never names a receive that is not posted.
+    /// Posts the receives completions consumed (`repost_due`). Deferred from the
+    /// CQ pass that found them to the next data message's post or the next CQ pass
+    /// (up to a quarter of the queue): a ping-pong's receive then returns its data
+    /// and the answer goes first. For the peer a receive not posted again is one
+    /// whose message is not processed yet, which it must allow for anyway: its
+    /// data is bound by our credits, and `send_credits` first posts these, so a
+    /// credit never names a receive that is not posted.
     #[inline(never)]
-    pub fn repost(&mut self) -> Result<()> {
+    fn repost(&mut self) -> Result<()> {
         while self.repost_due > 0 {
             self.post_recv()?;
             self.repost_due -= 1;
@@ -809,13 +810,15 @@ impl Conn {
         Ok(())
     }
 
-    /// After a data send: the deferred receives (`repost`). A failure stays due
-    /// for the next CQ pass, which reports it.
-    #[inline]
-    pub fn sent(&mut self) {
-        if self.repost_due > 0 {
-            let _ = self.repost();
+    /// `repost` for a CQ pass: whether it failed. A receive that cannot be posted
+    /// again breaks the connection, as a send that cannot be posted does; the
+    /// rest are given up (the pass reports the error once).
+    fn repost_lost(&mut self) -> bool {
+        let lost = self.repost().is_err();
+        if lost {
+            self.repost_due = 0;
         }
+        lost
     }
 
     /// Handles `first` (a non-empty poll) and what later polls return.
@@ -874,13 +877,12 @@ impl Conn {
                 break;
             }
         }
-        // Posted again after the caller's next send (`repost`), not on the way to the data,
+        // Posted again after the next data message (`repost`), not on the way to the data,
         // while three quarters of the queue stay posted: the peer's control messages need
         // no credit, so a small queue (the tunables allow 1) keeps its headroom.
         self.repost_due += reposts;
-        if self.repost_due > self.rq_size / 4 && self.repost().is_err() {
-            self.repost_due = 0;
-            f.send_error = true;
+        if self.repost_due > self.rq_size / 4 {
+            f.send_error |= self.repost_lost();
         }
         Ok(f)
     }

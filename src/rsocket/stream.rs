@@ -397,7 +397,6 @@ impl St {
             olen = (olen * 2).min(super::conn::RS_MAX_TRANSFER);
         }
         if sent > 0 {
-            c.sent();
             self.note_sent();
         }
         Ok(sent)
@@ -859,7 +858,6 @@ impl Stream {
         if let Err(e) = c.send_data_to(t, &mut Gather::new(Segs::One([Seg { ptr: buf as *mut u8, len }])), len) {
             return Some(Err(e));
         }
-        c.sent();
         st.note_sent();
         Some(Ok(len))
     }
