@@ -233,11 +233,19 @@ impl Header {
     }
 
     /// A whole frame: header with `payload_len` set from `payload`, then the payload.
-    pub fn frame(mut self, payload: &[u8]) -> Vec<u8> {
-        self.payload_len = payload.len() as u32;
-        let mut out = Vec::with_capacity(HDR_LEN + payload.len());
+    pub fn frame(self, payload: &[u8]) -> Vec<u8> {
+        self.frame_parts(&[payload])
+    }
+
+    /// A whole frame whose payload is `parts` one after the other (gathered in one copy).
+    pub fn frame_parts(mut self, parts: &[&[u8]]) -> Vec<u8> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.payload_len = len as u32;
+        let mut out = Vec::with_capacity(HDR_LEN + len);
         self.encode_into(&mut out);
-        out.extend_from_slice(payload);
+        for p in parts {
+            out.extend_from_slice(p);
+        }
         out
     }
 }

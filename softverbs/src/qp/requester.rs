@@ -102,7 +102,7 @@ pub unsafe fn post(qp: &Arc<Qp>, wr: *mut ibv_send_wr) -> Result<(), (*mut ibv_s
         w.borrowed = false;
         if let Some(h) = w.gather.take() {
             // SAFETY: still inside ibv_post_send, the application's buffers are readable.
-            w.frame = Some(h.frame(&unsafe { inline_bytes(&w.local) }));
+            w.frame = Some(h.frame_parts(&unsafe { inline_parts(&w.local) }));
         }
         w.local = Vec::new();
     }
