@@ -75,6 +75,7 @@ test-soft: all
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 \
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 	bash tests/soft/netns.sh
+	bash tests/soft/local.sh
 	bash tests/soft/faults.sh
 	tests/pyverbs/prepare.sh
 	tests/pyverbs/run.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft lo

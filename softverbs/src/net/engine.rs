@@ -18,10 +18,14 @@
 //! waiting for a lock another thread holds). While applications poll, the progress thread
 //! parks outside `epoll_wait` (see `park_while_polled`).
 //!
+//! Same host: a stream to a context of this network namespace is a unix one (`local`);
+//! everything above the socket is the same.
+//!
 //! Every received frame goes through `frame::decode` first; a malformed frame is counted
 //! and dropped (and a stream that carried one is closed, since it cannot be re-synchronised).
 
 use super::addr::{from_raw, local_addr, to_storage};
+use super::local;
 use super::frame::{decode, op_of, DecodeError, Header, Op, HDR_LEN, MAX_MSG};
 use super::{Link, Transport};
 use crate::core::context::Context;
@@ -43,6 +47,7 @@ const LINK_USER_TIMEOUT_MS: i32 = 30_000;
 const T_WAKE: u64 = 1;
 const T_LISTEN: u64 = 2;
 const T_UDP: u64 = 3;
+const T_LISTEN_LOCAL: u64 = 4;
 const T_FIRST_CONN: u64 = 16;
 /// Progress passes per millisecond that mean "an application is busy-polling".
 const PARK_POLLS: u64 = 8;
@@ -51,6 +56,8 @@ pub struct Engine {
     port: u16,
     epfd: Arc<OwnedFd>,
     listener: OwnedFd,
+    /// The same-host listener (`local`), when its name could be bound.
+    local_listener: Option<OwnedFd>,
     udp: OwnedFd,
     v6: bool,
     conns: Mutex<IntMap<u64, Arc<TcpLink>>>,
@@ -140,10 +147,12 @@ impl Engine {
         epoll_add(ep, wake.as_raw_fd(), libc::EPOLLIN as u32, T_WAKE)?;
         epoll_add(ep, listener.as_raw_fd(), libc::EPOLLIN as u32, T_LISTEN)?;
         epoll_add(ep, udp.as_raw_fd(), libc::EPOLLIN as u32, T_UDP)?;
+        let local_listener = local::listen(port).and_then(|l| epoll_add(ep, l.as_raw_fd(), libc::EPOLLIN as u32, T_LISTEN_LOCAL).ok().map(|_| l));
         let eng = Arc::new(Engine {
             port,
             epfd,
             listener,
+            local_listener,
             udp,
             v6,
             conns: Mutex::new(IntMap::default()),
@@ -181,12 +190,15 @@ impl Engine {
         Ok(eng)
     }
 
-    fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>) -> Result<Arc<TcpLink>> {
+    /// `tcp`: a TCP stream (else a same-host unix one, see `local`).
+    fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>, tcp: bool) -> Result<Arc<TcpLink>> {
         let token = self.next_token.fetch_add(1, Ordering::SeqCst);
-        setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
-        // A peer whose host died (no FIN, no RST) fails the link once data has
-        // waited this long for its TCP ACK, as an RC QP gives up after its retries.
-        setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, LINK_USER_TIMEOUT_MS);
+        if tcp {
+            setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+            // A peer whose host died (no FIN, no RST) fails the link once data has
+            // waited this long for its TCP ACK, as an RC QP gives up after its retries.
+            setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, LINK_USER_TIMEOUT_MS);
+        }
         let link = Arc::new(TcpLink {
             fd,
             token,
@@ -300,7 +312,11 @@ impl Engine {
                     }
                 }
                 T_LISTEN => {
-                    self.accept_all();
+                    self.accept_all(false);
+                    any = true;
+                }
+                T_LISTEN_LOCAL => {
+                    self.accept_all(true);
                     any = true;
                 }
                 T_UDP => {
@@ -320,15 +336,22 @@ impl Engine {
         any
     }
 
-    fn accept_all(&self) {
+    /// Accepts what waits on the TCP listener, or (`same_host`) on the unix one.
+    fn accept_all(&self, same_host: bool) {
+        let l = if same_host {
+            match &self.local_listener {
+                Some(l) => l.as_raw_fd(),
+                None => return,
+            }
+        } else {
+            self.listener.as_raw_fd()
+        };
         loop {
             // SAFETY: accept4 on our listener; peer address not needed.
-            let fd = unsafe {
-                libc::accept4(self.listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
-            };
+            let fd = unsafe { libc::accept4(l, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
             let Ok(fd) = owned(fd) else { return };
-            let me = local_addr(fd.as_raw_fd());
-            let _ = self.register(fd, Role::Inbound, false, me);
+            let me = if same_host { Some(local::endpoint(self.port)) } else { local_addr(fd.as_raw_fd()) };
+            let _ = self.register(fd, Role::Inbound, false, me, !same_host);
         }
     }
 
@@ -428,6 +451,11 @@ impl Transport for Engine {
     }
 
     fn connect(&self, addr: SocketAddr, owner: Weak<Qp>) -> Result<Arc<dyn Link>> {
+        if let Some(fd) = local::connect(&addr) {
+            if let Ok(link) = self.register(fd, Role::Outbound(owner.clone()), false, Some(local::endpoint(addr.port())), false) {
+                return Ok(link);
+            }
+        }
         let fam = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
         // SAFETY: plain socket syscall; checked by `owned`.
         let fd = owned(unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
@@ -437,7 +465,7 @@ impl Transport for Engine {
         if r < 0 && Errno::last().0 != libc::EINPROGRESS {
             return Err(Errno::last());
         }
-        let link = self.register(fd, Role::Outbound(owner), true, Some(addr))?;
+        let link = self.register(fd, Role::Outbound(owner), true, Some(addr), true)?;
         Ok(link)
     }
 

@@ -8,6 +8,7 @@
 pub mod addr;
 pub mod engine;
 pub mod frame;
+pub mod local;
 pub mod peers;
 
 use crate::qp::Qp;
