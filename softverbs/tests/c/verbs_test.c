@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/ioctl.h>
@@ -986,19 +987,54 @@ static int both_send(struct ep *a, struct ep *b, int round)
 	return 0;
 }
 
+struct racer {
+	struct ep *e;
+	int *gate;
+	int rc;
+};
+
+static void *race_send(void *arg)
+{
+	struct racer *r = arg;
+	/* both threads wait here for each other (yielding: on a busy machine they may share a
+	 * CPU), so each posts before the other's Hello can arrive */
+	__atomic_add_fetch(r->gate, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(r->gate, __ATOMIC_SEQ_CST) < 2)
+		sched_yield();
+	r->rc = post_send_op(r->e, 0, IBV_WR_SEND, 0, 4, 0, 0, 0, IBV_SEND_SIGNALED);
+	return NULL;
+}
+
 static int t_simultaneous_open(void)
 {
 	/* Both QPs of a pair transmit first at once: each opens a stream to the other's
 	 * context. Once idle, the pair must settle on one of them (the one opened to the
-	 * lower listening endpoint) and close the other, without losing a message. */
-	for (int attempt = 0; attempt < 20; attempt++) {
+	 * lower listening endpoint) and close the other, without losing a message.
+	 * The first sends are posted from two threads at the same instant (posted one after
+	 * the other, b's context often takes a's stream before b's post looks for it), with
+	 * no receive posted yet: RNR keeps them in flight, so neither side can settle before
+	 * the two streams are counted. */
+	double give_up = now_s() + 30;
+	int attempt;
+	for (attempt = 0; attempt < 100 && now_s() < give_up; attempt++) {
 		struct ep a, b;
-		CHECK(!rc_pair(&a, &b, RW, 7, 12), "setup");
-		int s0 = count_sockets(), s1 = -1, s2 = -1;
-		CHECK(!both_send(&a, &b, 0), "first round");
-		for (int i = 0; i < 100 && s1 != s0 + 4; i++) { usleep(10000); s1 = count_sockets(); }
+		struct ibv_wc wc[2];
+		CHECK(!rc_pair(&a, &b, RW, 7, 1), "setup");
+		int s0 = count_sockets(), s1 = -1, s2 = -1, gate = 0, zero = 0;
+		struct racer ra = { &a, &gate, -1 }, rb = { &b, &gate, -1 };
+		pthread_t t;
+		memcpy(a.buf, &zero, sizeof(zero));
+		memcpy(b.buf, &zero, sizeof(zero));
+		CHECK(!pthread_create(&t, NULL, race_send, &rb), "thread");
+		race_send(&ra);
+		pthread_join(t, NULL);
+		CHECK(!ra.rc && !rb.rc, "first sends");
+		for (int i = 0; i < 20 && s1 != s0 + 4; i++) { usleep(5000); s1 = count_sockets(); }
+		CHECK(!post_recv(&a, 100, 4096, 64) && !post_recv(&b, 100, 4096, 64), "first recvs");
+		CHECK(poll_n(a.cq, wc, 2) == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS, "a's first completions");
+		CHECK(poll_n(b.cq, wc, 2) == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS, "b's first completions");
 		if (s1 != s0 + 4) {
-			/* one side saw the other's stream first: nothing to settle; try again */
+			/* one side took the other's stream first: nothing to settle; try again */
 			ep_fini(&a);
 			ep_fini(&b);
 			continue;
@@ -1013,7 +1049,7 @@ static int t_simultaneous_open(void)
 		ep_fini(&b);
 		return 0;
 	}
-	CHECK(0, "the two QPs never opened streams at once in 20 attempts: the check did not run");
+	CHECK(0, "the two QPs never opened streams at once in %d attempts: the check did not run", attempt);
 	return 1;
 }
 
