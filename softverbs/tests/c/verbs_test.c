@@ -968,16 +968,10 @@ static int count_sockets(void)
 	return n;
 }
 
-/* One round: each side posts a receive, then both send at once (each before the other's
- * first frame could arrive), then both reap. */
-static int both_send(struct ep *a, struct ep *b, int round)
+/* Both sides reap their send and their receive; each receive carried `round`. */
+static int reap_round(struct ep *a, struct ep *b, int round)
 {
 	struct ibv_wc wc[2];
-	CHECK(!post_recv(a, 100 + round, 4096, 64) && !post_recv(b, 100 + round, 4096, 64), "recvs");
-	memcpy(a->buf, &round, sizeof(round));
-	memcpy(b->buf, &round, sizeof(round));
-	CHECK(!post_send_op(a, round, IBV_WR_SEND, 0, 4, 0, 0, 0, IBV_SEND_SIGNALED) &&
-	      !post_send_op(b, round, IBV_WR_SEND, 0, 4, 0, 0, 0, IBV_SEND_SIGNALED), "sends");
 	CHECK(poll_n(a->cq, wc, 2) == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS, "a's completions");
 	CHECK(poll_n(b->cq, wc, 2) == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS, "b's completions");
 	int va, vb;
@@ -985,6 +979,18 @@ static int both_send(struct ep *a, struct ep *b, int round)
 	memcpy(&vb, b->buf + 4096, 4);
 	CHECK(va == round && vb == round, "round %d carried %d / %d", round, va, vb);
 	return 0;
+}
+
+/* One round: each side posts a receive, then both send at once (each before the other's
+ * first frame could arrive), then both reap. */
+static int both_send(struct ep *a, struct ep *b, int round)
+{
+	CHECK(!post_recv(a, 100 + round, 4096, 64) && !post_recv(b, 100 + round, 4096, 64), "recvs");
+	memcpy(a->buf, &round, sizeof(round));
+	memcpy(b->buf, &round, sizeof(round));
+	CHECK(!post_send_op(a, round, IBV_WR_SEND, 0, 4, 0, 0, 0, IBV_SEND_SIGNALED) &&
+	      !post_send_op(b, round, IBV_WR_SEND, 0, 4, 0, 0, 0, IBV_SEND_SIGNALED), "sends");
+	return reap_round(a, b, round);
 }
 
 struct racer {
@@ -1016,23 +1022,22 @@ static int t_simultaneous_open(void)
 	 * the two streams are counted. */
 	double give_up = now_s() + 30;
 	int attempt;
+	const int first = 1000; /* not 0: the receive buffers start zeroed */
 	for (attempt = 0; attempt < 100 && now_s() < give_up; attempt++) {
 		struct ep a, b;
-		struct ibv_wc wc[2];
 		CHECK(!rc_pair(&a, &b, RW, 7, 1), "setup");
-		int s0 = count_sockets(), s1 = -1, s2 = -1, gate = 0, zero = 0;
+		int s0 = count_sockets(), s1 = -1, s2 = -1, gate = 0;
 		struct racer ra = { &a, &gate, -1 }, rb = { &b, &gate, -1 };
 		pthread_t t;
-		memcpy(a.buf, &zero, sizeof(zero));
-		memcpy(b.buf, &zero, sizeof(zero));
+		memcpy(a.buf, &first, sizeof(first));
+		memcpy(b.buf, &first, sizeof(first));
 		CHECK(!pthread_create(&t, NULL, race_send, &rb), "thread");
 		race_send(&ra);
 		pthread_join(t, NULL);
 		CHECK(!ra.rc && !rb.rc, "first sends");
 		for (int i = 0; i < 20 && s1 != s0 + 4; i++) { usleep(5000); s1 = count_sockets(); }
 		CHECK(!post_recv(&a, 100, 4096, 64) && !post_recv(&b, 100, 4096, 64), "first recvs");
-		CHECK(poll_n(a.cq, wc, 2) == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS, "a's first completions");
-		CHECK(poll_n(b.cq, wc, 2) == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS, "b's first completions");
+		CHECK(!reap_round(&a, &b, first), "first round");
 		if (s1 != s0 + 4) {
 			/* one side took the other's stream first: nothing to settle; try again */
 			ep_fini(&a);
