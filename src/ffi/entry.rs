@@ -114,7 +114,7 @@ macro_rules! entry {
 }
 
 /// Exported so programs load, but not implemented yet: -1/ENOSYS (or the
-/// return type's failure value). README's status table lists every one.
+/// return type's failure value). docs/status.md lists every one.
 macro_rules! stub {
     ($(fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty;)*) => {
         $(entry! {
