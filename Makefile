@@ -1,4 +1,6 @@
-# rdmacm-rs: `make` builds build/lib/librdmacm.so.1; `make test` runs every check.
+# rdmacm-rs: `make` builds build/lib/librdmacm.so.1; `make test` runs every check:
+# `make check` (no VM; run it on every change) and `make check-vm` (the qemu suites).
+# Both end with a table of the time each target took (tools/timed-make.sh).
 #
 # The library is linked here, not by cargo: cargo builds a staticlib and we
 # link it with our own version script, which is the one recipe that yields
@@ -27,7 +29,7 @@ BINDIR      ?= $(PREFIX)/bin
 SOFTLIBDIR  ?= $(LIBDIR)/rdmacm-rs/soft
 DESTDIR     ?=
 
-.PHONY: bench all lib staticlib test test-rust test-abi test-c check-map install uninstall clean demo
+.PHONY: bench all lib staticlib test check check-vm test-rust test-abi test-c check-map install uninstall clean demo
 
 all: lib softverbs
 
@@ -53,7 +55,23 @@ lib: staticlib librdmacm.map
 check-map:
 	tools/gen-map.sh && git diff --exit-code -- librdmacm.map
 
-test: all test-rust test-abi test-c test-softverbs test-soft test-rsocket test-vm test-vm-siw test-vm-rsocket test-vm-rsocket-siw
+# make check runs two lanes side by side (tools/timed-make.sh's `//`): much of
+# each suite waits on its own peers, and the lanes keep to their own ports.
+CHECK_TARGETS    := test-rust test-abi test-c test-softverbs // test-soft test-rsocket
+CHECK_VM_TARGETS := test-vm test-vm-siw
+
+check: all
+	tools/timed-make.sh $(CHECK_TARGETS)
+
+check-vm: all
+	tools/timed-make.sh $(CHECK_VM_TARGETS)
+
+# Both tiers, even when the first fails; both tables again at the end.
+test: all
+	@mkdir -p build/timed; rm -f build/timed/test.table; rc=0; \
+	TIMED_MAKE_LOG=build/timed/test.table tools/timed-make.sh $(CHECK_TARGETS) || rc=1; \
+	TIMED_MAKE_LOG=build/timed/test.table tools/timed-make.sh $(CHECK_VM_TARGETS) || rc=1; \
+	echo "=== make test: make check, then make check-vm"; cat build/timed/test.table; exit $$rc
 
 test-rust:
 	$(CARGO) test --workspace
@@ -63,6 +81,7 @@ test-abi: lib
 	bash abi-tests/layout.sh
 	bash abi-tests/consumers.sh $(LIBDIR_OUT)
 	bash abi-tests/install.sh
+	python3 tools/gen-status.py --check
 
 test-c: lib
 	bash c-examples/run.sh

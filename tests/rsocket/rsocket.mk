@@ -20,20 +20,15 @@ test-rsocket: all
 
 # Over rxe in the qemu guest of tests/vm: Debian's rstream/riostream/udpong/rcopy
 # and the preload library with ours, Debian's, and mixed (the wire format); our
-# C checks with Debian's library as the oracle. One boot, about 10 minutes.
-test-vm-rsocket: all
-	bash tests/rsocket/build.sh
-	@rm -rf $(VM_RESULTS)/rsocket; mkdir -p $(VM_RESULTS)/rsocket
-	QRXE_OUTDIR=$(VM_RESULTS)/rsocket QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket" \
-	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
+# C checks over rxe. The `rsocket` section of `make test-vm` (which runs it beside
+# the other sections); these targets boot for it alone. On siw: iWARP's message
+# mode (RS_OPT_MSG_SEND) against Debian's; datagram rsockets fail there with both
+# libraries (no UD QPs).
+test-vm-rsocket:
+	$(MAKE) --no-print-directory test-vm VM_SECTIONS=rsocket
 
-# The same on SoftiWARP (siw0): iWARP's message mode (RS_OPT_MSG_SEND) against
-# Debian's; datagram rsockets fail there with both libraries (no UD QPs).
-test-vm-rsocket-siw: all
-	bash tests/rsocket/build.sh
-	@rm -rf $(VM_RESULTS)/rsocket-siw; mkdir -p $(VM_RESULTS)/rsocket-siw
-	QRXE_RDMA=siw QRXE_OUTDIR=$(VM_RESULTS)/rsocket-siw QRXE_ENV="RS_VM_OUT=$(VM_RESULTS)/rsocket-siw" \
-	  $(VM_RUN) 'bash $(CURDIR)/tests/rsocket/vm-interop.sh'
+test-vm-rsocket-siw:
+	$(MAKE) --no-print-directory test-vm-siw VM_SIW_SECTIONS=rsocket
 
 # rstream with Debian's rsockets vs ours on rxe in the qemu guest (ratios, never asserted).
 RS_BENCH_ROUNDS ?= 5

@@ -1,10 +1,12 @@
 # Real-kernel RDMA tests in a qemu guest (Debian's kernel, soft-RoCE rxe0);
 # included from the root Makefile.  See tests/vm/README.md.
 #
-#   make test-vm                   one boot: rdmacm-utils (Debian's, ours, mixed), dev_* (Debian's + ours), c-examples
+#   make test-vm                   one boot: rdmacm-utils (Debian's, ours, mixed), dev_* (Debian's + ours),
+#                                  c-examples, pyverbs, rsockets against Debian's (beside the rest)
 #   make test-vm VM_OURS_MUST_PASS=0   our library's failures reported as expected failures
 #   make test-vm-siw               the same on SoftiWARP (siw0; rdmacm-utils without UD)
-#   make test-vm-all               both
+#   make test-vm-all               both (= make check-vm)
+#   make test-vm VM_SECTIONS=...   a subset (test-vm-rsocket: VM_SECTIONS=rsocket)
 #   make vm-expected [VM_RDMA=siw] refresh c-examples/expected/dev_*.rxe.txt (.siw.txt) from Debian's library
 #   make vm-shell CMD='...'        run any command in the guest
 #   make bench-vm                  Debian's library vs ours: cmtime and rping timings (one boot; not in make test)
@@ -20,13 +22,13 @@ VM_RESULTS        ?= $(CURDIR)/build/vm-results
 # 1: every check of ours must pass (the kernel backend, issue 3);
 # 0: our library's failures are reported as expected failures.
 VM_OURS_MUST_PASS ?= 1
-VM_SECTIONS       ?= utils utils-ours utils-interop dev-debian dev-ours c-examples pyverbs
+VM_SECTIONS       ?= utils utils-ours utils-interop dev-debian dev-ours c-examples pyverbs rsocket
 VM_VALGRIND       ?= 0
 # siw (iWARP): no UD, so udaddy/mckey fail there, and must fail exactly as with
 # Debian's library (same-failure); dev_* compared with the .siw.txt files;
 # c-examples too (events the library queues ring a doorbell that iWARP resolves
 # differently: src/kernel/bell.rs)
-VM_SIW_SECTIONS   ?= utils utils-ours same-failure dev-debian dev-ours c-examples
+VM_SIW_SECTIONS   ?= utils utils-ours same-failure dev-debian dev-ours c-examples rsocket
 vm_space          := $() $()
 
 .PHONY: test-vm test-vm-siw test-vm-all vm-build vm-expected vm-shell vm-deps bench-vm
@@ -37,10 +39,12 @@ vm-deps:
 	$(VM_DIR)/install-deps.sh
 
 # Build on the host (fast) what the guest runs (TCG is slow to compile).
-vm-build: lib
+vm-build: all
 	tests/pyverbs/prepare.sh
 	c-examples/run-device.sh --system --build-only
 	c-examples/run-device.sh --lib $(LIBDIR_OUT) --build-only
+	BUILD_ONLY=1 VALGRIND=0 bash c-examples/run.sh
+	bash tests/rsocket/build.sh
 
 test-vm: vm-build
 	@rm -rf $(VM_RESULTS)/rxe; mkdir -p $(VM_RESULTS)/rxe
