@@ -21,6 +21,11 @@ LIBDIR_OUT  ?= build/lib
 LINK_STRIP  ?= -s
 NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
+# make check/check-vm/test build once, then run the suites with BUILT=1, so that
+# no suite relinks a library while a suite in the other lane is loading it.
+BUILT       ?=
+BUILD_DEP    = $(if $(BUILT),,all)
+
 PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
@@ -36,20 +41,26 @@ all: lib softverbs
 staticlib:
 	$(CARGO) build $(CARGO_FLAGS) -p rdmacm
 
+# Outputs are written beside and renamed into place: a program another suite is
+# starting (abi-tests/install.sh relinks while make check's other lane runs)
+# sees the old file or the new one, never a half-written one.
 lib: staticlib librdmacm.map
 	mkdir -p $(LIBDIR_OUT)
-	$(CC) -shared -o $(LIBDIR_OUT)/$(REALNAME) \
+	$(CC) -shared -o $(LIBDIR_OUT)/$(REALNAME).tmp \
 	  -Wl,--whole-archive $(STATICLIB) -Wl,--no-whole-archive \
 	  -Wl,--version-script=librdmacm.map -Wl,-soname,$(SONAME) \
 	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed $(LINK_STRIP) \
 	  -libverbs $(NATIVE_LIBS)
+	mv -f $(LIBDIR_OUT)/$(REALNAME).tmp $(LIBDIR_OUT)/$(REALNAME)
 	ln -sf $(REALNAME) $(LIBDIR_OUT)/$(SONAME)
 	ln -sf $(SONAME) $(LIBDIR_OUT)/librdmacm.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	  -e 's|@VERSION@|$(VERSION)|' librdmacm.pc.in > $(LIBDIR_OUT)/librdmacm.pc
+	  -e 's|@VERSION@|$(VERSION)|' librdmacm.pc.in > $(LIBDIR_OUT)/librdmacm.pc.tmp
+	mv -f $(LIBDIR_OUT)/librdmacm.pc.tmp $(LIBDIR_OUT)/librdmacm.pc
 	mkdir -p build/bin
-	sed -e 's|@LIBDIR@|../lib|' -e 's|@SOFTDIR@|../lib/soft|' tools/rdmacm-soft.in > build/bin/rdmacm-soft
-	chmod +x build/bin/rdmacm-soft
+	sed -e 's|@LIBDIR@|../lib|' -e 's|@SOFTDIR@|../lib/soft|' tools/rdmacm-soft.in > build/bin/rdmacm-soft.tmp
+	chmod +x build/bin/rdmacm-soft.tmp
+	mv -f build/bin/rdmacm-soft.tmp build/bin/rdmacm-soft
 
 # The map is generated from the symbol lists; fail if someone edited one but not the other.
 check-map:
@@ -61,34 +72,34 @@ CHECK_TARGETS    := test-rust test-abi test-c test-softverbs // test-soft test-r
 CHECK_VM_TARGETS := test-vm test-vm-siw
 
 check: all
-	tools/timed-make.sh $(CHECK_TARGETS)
+	BUILT=1 tools/timed-make.sh $(CHECK_TARGETS)
 
 check-vm: all
-	tools/timed-make.sh $(CHECK_VM_TARGETS)
+	BUILT=1 tools/timed-make.sh $(CHECK_VM_TARGETS)
 
 # Both tiers, even when the first fails; both tables again at the end.
 test: all
 	@mkdir -p build/timed; rm -f build/timed/test.table; rc=0; \
-	TIMED_MAKE_LOG=build/timed/test.table tools/timed-make.sh $(CHECK_TARGETS) || rc=1; \
-	TIMED_MAKE_LOG=build/timed/test.table tools/timed-make.sh $(CHECK_VM_TARGETS) || rc=1; \
+	BUILT=1 TIMED_MAKE_LOG=build/timed/test.table tools/timed-make.sh $(CHECK_TARGETS) || rc=1; \
+	BUILT=1 TIMED_MAKE_LOG=build/timed/test.table tools/timed-make.sh $(CHECK_VM_TARGETS) || rc=1; \
 	echo "=== make test: make check, then make check-vm"; cat build/timed/test.table; exit $$rc
 
 test-rust:
 	$(CARGO) test --workspace
 
-test-abi: lib
+test-abi: $(BUILD_DEP)
 	bash abi-tests/symbols.sh
 	bash abi-tests/layout.sh
 	bash abi-tests/consumers.sh $(LIBDIR_OUT)
 	bash abi-tests/install.sh
 	python3 tools/gen-status.py --check
 
-test-c: lib
+test-c: $(BUILD_DEP)
 	bash c-examples/run.sh
 
 # Debian's programs and our device-level c-examples on the soft fabric (issue 4).
 # dev_unreachable runs in netns.sh; dev_af_ib needs AF_IB, which the soft fabric (IP only) lacks.
-test-soft: all
+test-soft: $(BUILD_DEP)
 	bash tests/soft/run.sh
 	SOFT=1 VALGRIND=0 bash c-examples/run.sh
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 \

@@ -15,12 +15,13 @@ softverbs-staticlib:
 
 softverbs: softverbs-staticlib $(SV_DIR)/libibverbs.map
 	mkdir -p $(SV_OUT)
-	$(CC) -shared -o $(SV_OUT)/$(SV_REALNAME) \
+	$(CC) -shared -o $(SV_OUT)/$(SV_REALNAME).tmp \
 	  -Wl,--whole-archive $(SV_STATICLIB) -Wl,--no-whole-archive \
 	  -Wl,--version-script=$(SV_DIR)/libibverbs.map -Wl,-soname,$(SV_SONAME) \
 	  -Wl,--gc-sections -Wl,-z,relro,-z,now -Wl,--as-needed $(LINK_STRIP) \
 	  $(NATIVE_LIBS)
+	mv -f $(SV_OUT)/$(SV_REALNAME).tmp $(SV_OUT)/$(SV_REALNAME)
 	ln -sf $(SV_REALNAME) $(SV_OUT)/$(SV_SONAME)
 
-test-softverbs: softverbs lib
+test-softverbs: $(BUILD_DEP)
 	bash $(SV_DIR)/tests/run.sh

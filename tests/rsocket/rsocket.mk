@@ -13,9 +13,10 @@ all: rspreload
 rspreload:
 	$(CARGO) build $(CARGO_FLAGS) -p rspreload
 	mkdir -p $(LIBDIR_OUT)
-	install -m 0755 $(TARGET_DIR)/$(PROFILE)/librspreload.so $(RSP_LIB)
+	install -m 0755 $(TARGET_DIR)/$(PROFILE)/librspreload.so $(RSP_LIB).tmp
+	mv -f $(RSP_LIB).tmp $(RSP_LIB)
 
-test-rsocket: all
+test-rsocket: $(BUILD_DEP)
 	bash tests/rsocket/run.sh
 
 # Over rxe in the qemu guest of tests/vm: Debian's rstream/riostream/udpong/rcopy

@@ -39,7 +39,7 @@ vm-deps:
 	$(VM_DIR)/install-deps.sh
 
 # Build on the host (fast) what the guest runs (TCG is slow to compile).
-vm-build: all
+vm-build: $(BUILD_DEP)
 	tests/pyverbs/prepare.sh
 	c-examples/run-device.sh --system --build-only
 	c-examples/run-device.sh --lib $(LIBDIR_OUT) --build-only
