@@ -97,7 +97,7 @@ test-abi: $(BUILD_DEP)
 test-c: $(BUILD_DEP)
 	bash c-examples/run.sh
 
-# Debian's programs and our device-level c-examples on the soft fabric (issue 4).
+# Debian's programs and our device-level c-examples on the soft fabric.
 # dev_unreachable runs in netns.sh; dev_af_ib needs AF_IB, which the soft fabric (IP only) lacks.
 test-soft: $(BUILD_DEP)
 	bash tests/soft/run.sh

@@ -2,9 +2,9 @@
 //! interface every backend implements.
 //!
 //! * `soft`: our software libibverbs (softverbs) is the loaded libibverbs; the
-//!   CM runs in userspace over sockets (issue 4).
+//!   CM runs in userspace over sockets.
 //! * `kernel`: `/dev/infiniband/rdma_cm` exists (and the soft hook does not):
-//!   the kernel's CM (issue 3); ENODEV while libibverbs sees no device.
+//!   the kernel's CM; ENODEV while libibverbs sees no device.
 //! * none: no device; device calls fail with ENODEV, as upstream's do.
 
 use crate::cm::options::Opt;

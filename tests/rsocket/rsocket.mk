@@ -1,4 +1,4 @@
-# rsockets (issue 5), included by the root Makefile: the preload library
+# rsockets, included by the root Makefile: the preload library
 # build/lib/librspreload.so (crate rspreload/, a cdylib with unversioned libc
 # overrides, no SONAME, like upstream's), its install into $(LIBDIR)/rsocket,
 # and `make test-rsocket` (tests/rsocket/run.sh, ends with "N passed, M failed").

@@ -1,5 +1,5 @@
 #!/bin/bash
-# rsockets end to end, over the soft RDMA fabric on 127.0.0.1 (issue 5):
+# rsockets end to end, over the soft RDMA fabric on 127.0.0.1:
 #   * the C checks of c-examples/rsocket (non-blocking connect, rpoll readiness,
 #     shutdown/EOF and dead peers, riomap/riowrite placement, repoll, datagrams,
 #     two sleepers on one rsocket (datagram, stream) staying asleep through a

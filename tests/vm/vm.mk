@@ -19,7 +19,7 @@ VM_RUN            := $(VM_DIR)/run-in-guest.sh
 # 10 minutes (about 6.5 on a quiet one), so the guest gets 25.
 export QRXE_TIMEOUT ?= 1500
 VM_RESULTS        ?= $(CURDIR)/build/vm-results
-# 1: every check of ours must pass (the kernel backend, issue 3);
+# 1: every check of ours must pass;
 # 0: our library's failures are reported as expected failures.
 VM_OURS_MUST_PASS ?= 1
 VM_SECTIONS       ?= utils utils-ours utils-interop dev-debian dev-ours c-examples pyverbs rsocket
