@@ -37,7 +37,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 CC=${CC:-cc}
 LIBDIR=${LIBDIR:-build/lib}
 VALGRIND=${VALGRIND:-1}
+# The soft-fabric run has its own directory: make check runs it (test-soft)
+# beside the no-device run (test-c), and each compares the .out files it wrote.
 OUT=build/c-examples
+[ "${SOFT:-0}" = 1 ] && OUT=build/c-examples-soft
 CFLAGS=(-Wall -Wextra -Werror -O1 -g -pthread)
 TIMEOUT=20
 
