@@ -10,6 +10,7 @@
 pub mod conn;
 pub mod engine;
 pub mod hook;
+pub mod mad;
 pub mod net;
 pub mod phase;
 pub mod ports;
@@ -19,6 +20,8 @@ pub mod wire;
 
 #[cfg(test)]
 mod port_tests;
+#[cfg(test)]
+mod mad_tests;
 #[cfg(test)]
 mod race_tests;
 
