@@ -48,6 +48,18 @@ pub struct softverbs_cm_ops {
             out: *mut sockaddr_storage,
         ) -> c_int,
     >,
+    /// RoCEv2 from the context's address `local`: `*mode` = 0 none (no RoCEv2 endpoint
+    /// there), 1 used when the peer has no soft-fabric listener, 2 always
+    /// (`SOFTVERBS_WIRE=roce`). Present, like the MAD calls, when `size` covers it.
+    pub roce_mode: Option<unsafe extern "C" fn(ctx: *mut ibv_context, local: *const sockaddr, len: socklen_t, mode: *mut c_int) -> c_int>,
+    /// `*fd`: readable while MADs for the context's QP1 wait.
+    pub mad_fd: Option<unsafe extern "C" fn(ctx: *mut ibv_context, fd: *mut c_int) -> c_int>,
+    /// The oldest MAD for QP1 (256 bytes), its source and destination IPv4 addresses
+    /// (port 0); EAGAIN when none waits.
+    pub mad_recv: Option<unsafe extern "C" fn(ctx: *mut ibv_context, mad: *mut u8, from: *mut sockaddr_storage, to: *mut sockaddr_storage) -> c_int>,
+    /// Sends a 256-byte MAD from QP1 at `from` to QP1 at `to`; ENETUNREACH when `from`
+    /// has no RoCEv2 endpoint.
+    pub mad_send: Option<unsafe extern "C" fn(ctx: *mut ibv_context, from: *const sockaddr, to: *const sockaddr, len: socklen_t, mad: *const u8) -> c_int>,
 }
 
 /// Current `softverbs_cm_ops.version`.
@@ -61,11 +73,15 @@ pub type softverbs_cm_ops_fn = unsafe extern "C" fn() -> *const softverbs_cm_ops
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<softverbs_cm_ops>() == 32);
+    assert!(size_of::<softverbs_cm_ops>() == 64);
     assert!(align_of::<softverbs_cm_ops>() == 8);
     assert!(offset_of!(softverbs_cm_ops, size) == 0);
     assert!(offset_of!(softverbs_cm_ops, version) == 4);
     assert!(offset_of!(softverbs_cm_ops, qp_endpoint) == 8);
     assert!(offset_of!(softverbs_cm_ops, add_peer) == 16);
     assert!(offset_of!(softverbs_cm_ops, ctx_endpoint) == 24);
+    assert!(offset_of!(softverbs_cm_ops, roce_mode) == 32);
+    assert!(offset_of!(softverbs_cm_ops, mad_fd) == 40);
+    assert!(offset_of!(softverbs_cm_ops, mad_recv) == 48);
+    assert!(offset_of!(softverbs_cm_ops, mad_send) == 56);
 };

@@ -40,6 +40,20 @@ struct softverbs_cm_ops {
 	 * whose QP the application owns. Present when size covers it. */
 	int (*ctx_endpoint)(struct ibv_context *ctx, const union ibv_gid *local_gid,
 			    struct sockaddr_storage *out);
+	/* RoCEv2 (present when size covers them). roce_mode: *mode = 0 no RoCEv2 from
+	 * the context's address `local`, 1 used when the peer has no soft-fabric
+	 * listener, 2 always (SOFTVERBS_WIRE=roce). The MAD calls carry the CM's
+	 * 256-byte MADs to and from the context's QP1: mad_fd is readable while some
+	 * wait; mad_recv returns EAGAIN when none does (addresses with port 0);
+	 * mad_send returns ENETUNREACH when `from` has no RoCEv2 endpoint.
+	 * Each returns 0 or an errno value. */
+	int (*roce_mode)(struct ibv_context *ctx, const struct sockaddr *local,
+			 socklen_t len, int *mode);
+	int (*mad_fd)(struct ibv_context *ctx, int *fd);
+	int (*mad_recv)(struct ibv_context *ctx, uint8_t *mad,
+			struct sockaddr_storage *from, struct sockaddr_storage *to);
+	int (*mad_send)(struct ibv_context *ctx, const struct sockaddr *from,
+			const struct sockaddr *to, socklen_t len, const uint8_t *mad);
 };
 
 /* Exported as softverbs_cm_ops@@SOFTVERBS_1.0. Never NULL. */

@@ -15,5 +15,6 @@ pub mod core;
 pub mod ffi;
 pub mod net;
 pub mod qp;
+pub mod roce;
 pub mod sys;
 pub mod trace;

@@ -121,6 +121,13 @@ fn write_line(t0: Instant, text: &str) {
     common::trace::write_line("softverbs", t0, text);
 }
 
+/// A line that is not a call (a transport event), when tracing.
+pub fn note(text: &str) {
+    if let Some(t0) = start() {
+        write_line(t0, text);
+    }
+}
+
 // ---- names ----
 
 fn flags(v: u32, names: &[(u32, &str)]) -> String {

@@ -62,12 +62,107 @@ op! {
     }
 }
 
+/// The RoCEv2 endpoint of a context.
+fn roce(ctx: &crate::core::context::Context) -> Result<&std::sync::Arc<crate::roce::endpoint::Endpoint>, Errno> {
+    ctx.net().and_then(|n| n.roce()).ok_or(Errno(libc::ENETUNREACH))
+}
+
+/// An IPv4 address given as a sockaddr of `len` bytes (IPv4-mapped IPv6 too).
+fn v4(addr: *const sockaddr, len: socklen_t) -> Result<std::net::Ipv4Addr, Errno> {
+    // SAFETY: addr points to `len` bytes per the hook's contract (from_raw checks NULL).
+    match unsafe { from_raw(addr, len) }.map(|a| a.ip().to_canonical()) {
+        Some(std::net::IpAddr::V4(v)) => Ok(v),
+        Some(_) => Err(Errno(libc::ENETUNREACH)),
+        None => Err(Errno::EINVAL),
+    }
+}
+
+fn write_v4(out: *mut sockaddr_storage, ip: std::net::Ipv4Addr) -> Result<(), Errno> {
+    if out.is_null() {
+        return Ok(());
+    }
+    let (ss, _) = to_storage(&std::net::SocketAddr::from((ip, 0)), false).ok_or(Errno::EINVAL)?;
+    // SAFETY: non-NULL out-pointer to a sockaddr_storage.
+    unsafe { out.write_unaligned(ss) };
+    Ok(())
+}
+
+op! {
+    errno fn roce_mode(context: *mut ibv_context, local: *const sockaddr, len: socklen_t, mode: *mut c_int) -> c_int {
+        let ctx = handles::ctx(context)?;
+        if mode.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let ip = v4(local, len);
+        let on = matches!((&ip, roce(&ctx)), (Ok(ip), Ok(r)) if r.has(*ip));
+        let m = match (on, crate::roce::endpoint::forced()) {
+            (false, _) => 0,
+            (true, Some(true)) => 2,
+            (true, _) => 1,
+        };
+        // SAFETY: non-NULL out-pointer to an int.
+        unsafe { mode.write_unaligned(m) };
+        Ok(0)
+    }
+}
+
+op! {
+    errno fn mad_fd(context: *mut ibv_context, fd: *mut c_int) -> c_int {
+        let ctx = handles::ctx(context)?;
+        if fd.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let r = roce(&ctx)?;
+        // SAFETY: non-NULL out-pointer to an int.
+        unsafe { fd.write_unaligned(std::os::fd::AsRawFd::as_raw_fd(&r.mad_ev)) };
+        Ok(0)
+    }
+}
+
+op! {
+    errno fn mad_recv(context: *mut ibv_context, mad: *mut u8, from: *mut sockaddr_storage, to: *mut sockaddr_storage) -> c_int {
+        let ctx = handles::ctx(context)?;
+        if mad.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let (src, dst, m) = roce(&ctx)?.mad_recv().ok_or(Errno(libc::EAGAIN))?;
+        // SAFETY: the caller's buffer of MAD_LEN bytes.
+        unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), mad, m.len()) };
+        write_v4(from, src)?;
+        write_v4(to, dst)?;
+        Ok(0)
+    }
+}
+
+op! {
+    errno fn mad_send(context: *mut ibv_context, from: *const sockaddr, to: *const sockaddr, len: socklen_t, mad: *const u8) -> c_int {
+        let ctx = handles::ctx(context)?;
+        if mad.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let (src, dst) = (v4(from, len)?, v4(to, len)?);
+        let r = roce(&ctx)?;
+        if !r.has(src) {
+            return Err(Errno(libc::ENETUNREACH));
+        }
+        let mut m = [0u8; crate::roce::endpoint::MAD_LEN];
+        // SAFETY: the caller's MAD of MAD_LEN bytes.
+        unsafe { std::ptr::copy_nonoverlapping(mad, m.as_mut_ptr(), m.len()) };
+        r.mad_send(src, dst, &m);
+        Ok(0)
+    }
+}
+
 static OPS: softverbs_cm_ops = softverbs_cm_ops {
     size: std::mem::size_of::<softverbs_cm_ops>() as u32,
     version: SOFTVERBS_CM_OPS_VERSION,
     qp_endpoint: Some(qp_endpoint),
     add_peer: Some(add_peer),
     ctx_endpoint: Some(ctx_endpoint),
+    roce_mode: Some(roce_mode),
+    mad_fd: Some(mad_fd),
+    mad_recv: Some(mad_recv),
+    mad_send: Some(mad_send),
 };
 
 export! {

@@ -48,6 +48,9 @@ const T_WAKE: u64 = 1;
 const T_LISTEN: u64 = 2;
 const T_UDP: u64 = 3;
 const T_LISTEN_LOCAL: u64 = 4;
+const T_ROCE_TIMER: u64 = 5;
+/// RoCEv2 sockets (one per IPv4 address): tokens `T_ROCE_SOCK..T_FIRST_CONN`.
+const T_ROCE_SOCK: u64 = 6;
 const T_FIRST_CONN: u64 = 16;
 /// Progress passes per millisecond that mean "an application is busy-polling".
 const PARK_POLLS: u64 = 8;
@@ -73,6 +76,7 @@ pub struct Engine {
     shared: Arc<Shared>,
     kicked: AtomicBool,
     malformed: AtomicU64,
+    roce: Option<Arc<crate::roce::endpoint::Endpoint>>,
 }
 
 fn setopt(fd: i32, level: i32, name: i32, val: i32) {
@@ -148,6 +152,13 @@ impl Engine {
         epoll_add(ep, listener.as_raw_fd(), libc::EPOLLIN as u32, T_LISTEN)?;
         epoll_add(ep, udp.as_raw_fd(), libc::EPOLLIN as u32, T_UDP)?;
         let local_listener = local::listen(port).and_then(|l| epoll_add(ep, l.as_raw_fd(), libc::EPOLLIN as u32, T_LISTEN_LOCAL).ok().map(|_| l));
+        let roce = crate::roce::endpoint::Endpoint::open(ctx);
+        if let Some(r) = &roce {
+            epoll_add(ep, r.timer.as_raw_fd(), libc::EPOLLIN as u32, T_ROCE_TIMER)?;
+            for (i, (_, fd)) in r.socks.iter().enumerate().take((T_FIRST_CONN - T_ROCE_SOCK) as usize) {
+                epoll_add(ep, fd.as_raw_fd(), libc::EPOLLIN as u32, T_ROCE_SOCK + i as u64)?;
+            }
+        }
         let eng = Arc::new(Engine {
             port,
             epfd,
@@ -173,6 +184,7 @@ impl Engine {
             }),
             kicked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
+            roce,
         });
         let weak_ctx = Arc::downgrade(ctx);
         let e2 = eng.clone();
@@ -323,6 +335,17 @@ impl Engine {
                     let g = if engine { Some(lock(&self.udp_rx)) } else { try_lock(&self.udp_rx) };
                     if let Some(mut buf) = g {
                         any |= self.recv_datagrams(c, &mut buf);
+                    }
+                }
+                T_ROCE_TIMER => {
+                    if let Some(r) = &self.roce {
+                        r.on_timer();
+                        any = true;
+                    }
+                }
+                t if (T_ROCE_SOCK..T_FIRST_CONN).contains(&t) => {
+                    if let Some(r) = &self.roce {
+                        any |= r.on_readable(c, (t - T_ROCE_SOCK) as usize, engine);
                     }
                 }
                 t => {
@@ -521,6 +544,10 @@ impl Transport for Engine {
 
     fn flush_held(&self) {
         self.shared.flush_held_aged();
+    }
+
+    fn roce(&self) -> Option<&Arc<crate::roce::endpoint::Endpoint>> {
+        self.roce.as_ref()
     }
 
     fn kick(&self) {

@@ -57,7 +57,7 @@ pub fn listen(port: u16) -> Option<OwnedFd> {
 }
 
 /// `ip` is an address of this network namespace: loopback, or one a socket can bind.
-fn is_local(ip: IpAddr) -> bool {
+pub fn is_local(ip: IpAddr) -> bool {
     let ip = ip.to_canonical();
     if ip.is_loopback() {
         return true;

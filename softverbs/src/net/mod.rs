@@ -50,6 +50,9 @@ pub trait Link: Send + Sync {
     /// honours its limits can leave: the responder runs none of its parked requests until
     /// the transport resumes the link (`responder::resume`).
     fn congested(&self) -> bool;
+    /// The QP starts transmitting on this link (it is RTS; `st` is its locked state): a
+    /// link that needs the send side's attributes takes them now.
+    fn bind_requester(&self, _st: &crate::qp::QpState) {}
 }
 
 /// One context's endpoint.
@@ -73,6 +76,10 @@ pub trait Transport: Send + Sync {
     /// Called by every `ibv_poll_cq`: sends responses a polling thread held back once they
     /// waited through a couple of polls (cheap when there are none).
     fn flush_held(&self);
+    /// The context's RoCEv2 endpoint, if it has one.
+    fn roce(&self) -> Option<&Arc<crate::roce::endpoint::Endpoint>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use super::{Qp, QpState, SendWqe};
 use crate::core::cq::wc;
 use crate::core::mem::{self, LocalErr};
 use crate::net::frame::{Header, Op, Syndrome, F_IMM, F_SOLICITED, MAX_MSG, QPN_MASK};
-use crate::net::{peers, Link};
+use crate::net::Link;
+use crate::roce;
 use crate::qp::state::Kind;
 use crate::sys::Errno;
 use rdma_abi::verbs::*;
@@ -265,7 +266,8 @@ fn fail_head(qp: &Qp, st: &mut QpState, status: ibv_wc_status) {
     qp.fail(st);
 }
 
-/// Opens the QP's link to its peer (resolved from the AV and destination QPN).
+/// Opens the QP's link to its peer (resolved from the AV and destination QPN): a stream to
+/// a soft-fabric endpoint, or a RoCEv2 connection (`roce::endpoint::choose`).
 fn connect(qp: &Qp, st: &mut QpState) -> Option<Arc<dyn Link>> {
     let ah = st.attr.ah_attr;
     // SAFETY: reading the raw bytes of a plain-data union.
@@ -274,16 +276,28 @@ fn connect(qp: &Qp, st: &mut QpState) -> Option<Arc<dyn Link>> {
     // The peer QP already connected to us: send our requests back on its connection.
     let reuse = st.in_links.iter().filter_map(|w| w.upgrade()).find(|l| !l.is_dead() && l.peer_qpn() == Some(dqpn));
     if let Some(link) = reuse {
+        link.bind_requester(st);
         st.out = Some(link.clone());
         return Some(link);
     }
-    let addr = peers::resolve(qp.ctx.peer(&dgid, dqpn), &dgid, dqpn, ah.is_global != 0)?;
-    let link = qp.ctx.net()?.connect(addr, qp.me.clone()).ok()?;
+    let sgid = qp.ctx.gid(ah.grh.sgid_index as usize).unwrap_or([0; 16]);
+    let net = qp.ctx.net()?;
+    let addr = match roce::endpoint::choose(&qp.ctx, qp.ctx.peer(&dgid, dqpn), &sgid, &dgid, dqpn, ah.is_global != 0)? {
+        roce::endpoint::Wire::Stream(a) => a,
+        roce::endpoint::Wire::Roce(src, dst) => {
+            let link = net.roce()?.link(qp, st, src, dst);
+            link.bind_requester(st);
+            let link: Arc<dyn Link> = link;
+            st.out = Some(link.clone());
+            return Some(link);
+        }
+    };
+    let link = net.connect(addr, qp.me.clone()).ok()?;
     let mut hello = Header::new(Op::Hello);
     hello.src_qpn = qp.qpn;
     hello.dst_qpn = dqpn;
     hello.src_lid = qp.ctx.lid;
-    hello.sgid = qp.ctx.gid(ah.grh.sgid_index as usize).unwrap_or([0; 16]);
+    hello.sgid = sgid;
     hello.dgid = dgid;
     link.send(hello.frame(&[]));
     st.out = Some(link.clone());

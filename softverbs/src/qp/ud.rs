@@ -13,6 +13,7 @@ use crate::core::mem::{self, LocalErr};
 use crate::core::registry::lock;
 use crate::net::frame::{Header, Op, F_IMM, F_MCAST, F_SOLICITED, MAX_UD};
 use crate::net::peers;
+use crate::roce::endpoint::Wire;
 use crate::sys::{Errno, Result};
 use rdma_abi::verbs::*;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -123,9 +124,16 @@ fn transmit(qp: &Qp, mut h: Header, payload: &[u8], is_global: bool) {
         }
         return;
     }
-    let to = peers::resolve(qp.ctx.ud_peer(&h.dgid, h.dst_qpn), &h.dgid, h.dst_qpn, is_global);
-    if let Some(to) = to {
-        let _ = net.send_datagram(to, &h.frame(payload));
+    match crate::roce::endpoint::choose(&qp.ctx, qp.ctx.ud_peer(&h.dgid, h.dst_qpn), &h.sgid, &h.dgid, h.dst_qpn, is_global) {
+        Some(Wire::Stream(to)) => {
+            let _ = net.send_datagram(to, &h.frame(payload));
+        }
+        Some(Wire::Roce(src, dst)) => {
+            if let Some(r) = net.roce() {
+                r.send_ud(src, dst, &h, 0, payload);
+            }
+        }
+        None => {}
     }
 }
 

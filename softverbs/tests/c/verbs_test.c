@@ -633,11 +633,15 @@ static int t_registry_without_hook(void)
 static int t_hook_layout(void)
 {
 	/* the same numbers rdma-abi/src/softverbs.rs asserts for its Rust mirror */
-	_Static_assert(sizeof(struct softverbs_cm_ops) == 32, "size");
+	_Static_assert(sizeof(struct softverbs_cm_ops) == 64, "size");
 	_Static_assert(offsetof(struct softverbs_cm_ops, version) == 4, "version");
 	_Static_assert(offsetof(struct softverbs_cm_ops, qp_endpoint) == 8, "qp_endpoint");
 	_Static_assert(offsetof(struct softverbs_cm_ops, add_peer) == 16, "add_peer");
 	_Static_assert(offsetof(struct softverbs_cm_ops, ctx_endpoint) == 24, "ctx_endpoint");
+	_Static_assert(offsetof(struct softverbs_cm_ops, roce_mode) == 32, "roce_mode");
+	_Static_assert(offsetof(struct softverbs_cm_ops, mad_fd) == 40, "mad_fd");
+	_Static_assert(offsetof(struct softverbs_cm_ops, mad_recv) == 48, "mad_recv");
+	_Static_assert(offsetof(struct softverbs_cm_ops, mad_send) == 56, "mad_send");
 	const struct softverbs_cm_ops *ops = softverbs_cm_ops();
 	CHECK(ops && ops == cm_ops() && ops->size == sizeof(*ops) && ops->version == SOFTVERBS_CM_OPS_VERSION, "ops table");
 	struct ep a;
@@ -652,6 +656,19 @@ static int t_hook_layout(void)
 	union ibv_gid g = { .raw = { 0 } };
 	CHECK(ops->add_peer(a.ctx, &g, 5, NULL, 0) == EINVAL, "NULL addr");
 	CHECK(ops->add_peer(a.ctx, &g, 0x1000000, (struct sockaddr *)&ss, sizeof(ss)) == EINVAL, "qpn > 24 bits");
+	int mode = -1, fd = -1;
+	struct sockaddr_in lo = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	CHECK(ops->roce_mode(a.ctx, (struct sockaddr *)&lo, sizeof(lo), &mode) == 0 && mode >= 0 && mode <= 2, "roce_mode");
+	CHECK(ops->roce_mode(a.ctx, (struct sockaddr *)&lo, sizeof(lo), NULL) == EINVAL, "roce_mode NULL out");
+	unsigned char mad[256] = { 0 };
+	if (mode == 0) {
+		CHECK(ops->mad_fd(a.ctx, &fd) == ENETUNREACH, "no RoCEv2: no MAD fd");
+		CHECK(ops->mad_send(a.ctx, (struct sockaddr *)&lo, (struct sockaddr *)&lo, sizeof(lo), mad) == ENETUNREACH, "no RoCEv2: no MAD send");
+	} else {
+		CHECK(ops->mad_fd(a.ctx, &fd) == 0 && fd >= 0, "MAD fd");
+		CHECK(ops->mad_recv(a.ctx, mad, NULL, NULL) == EAGAIN, "no MAD waits");
+	}
+	CHECK(ops->mad_recv(NULL, mad, NULL, NULL) == EINVAL, "mad_recv NULL context");
 	ep_fini(&a);
 	return 0;
 }
