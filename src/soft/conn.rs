@@ -110,7 +110,7 @@ fn modify(s: &SoftId, qp: *mut ibv_qp, states: &[u32]) -> Result<()> {
     Ok(())
 }
 
-fn error_qp(s: &SoftId) {
+pub(super) fn error_qp(s: &SoftId) {
     let _qp = s.core.lock_qp();
     let qp = s.qp();
     if !qp.is_null() {
@@ -119,7 +119,10 @@ fn error_qp(s: &SoftId) {
     }
 }
 
-fn send(s: &SoftId, m: &Msg) -> Result<()> {
+fn send(s: &Arc<SoftId>, m: &Msg) -> Result<()> {
+    if s.st().roce.is_some() {
+        return super::ibcm::send(s, m);
+    }
     let c = s.st().conn.clone().ok_or(Errno(libc::ENOTCONN))?;
     c.send(m)
 }
@@ -128,6 +131,7 @@ fn drop_conn(s: &SoftId) {
     if let Some(c) = s.st().conn.take() {
         engine::get().remove(c.token);
     }
+    super::ibcm::forget(s);
 }
 
 pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
@@ -171,6 +175,19 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     drop(st);
     let s2 = s.clone();
     let go = move || {
+        // RoCEv2 (the IB CM with a kernel rdma_cm): forced, or where no soft-fabric
+        // listener answers on another host.
+        let roce = super::ibcm::mode(src.ip());
+        let ib_cm = |s: &Arc<SoftId>| {
+            if let Err(e) = super::ibcm::connect(s, &m, src, dst) {
+                if s.transition(|p| p == Phase::ReqSent, Phase::Disconnected).is_ok() {
+                    s.post(RDMA_CM_EVENT_UNREACHABLE, -e.0, Param::zeroed(), Vec::new(), false);
+                }
+            }
+        };
+        if roce == 2 && dst.ip().to_canonical().is_ipv4() {
+            return ib_cm(&s2);
+        }
         let r = if net::is_local(dst.ip()) {
             connect_local(dst)
         } else {
@@ -194,6 +211,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
                     on_eof(&s2, &c);
                 }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && roce == 1 && dst.ip().to_canonical().is_ipv4() && !net::is_local(dst.ip()) => ib_cm(&s2),
             // Unless destroyed meanwhile (which moved the phase).
             Err(e) if s2.transition(|p| p == Phase::ReqSent, Phase::Disconnected).is_ok() => {
                 if e.kind() == std::io::ErrorKind::ConnectionRefused {
@@ -414,7 +432,8 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
             let src = st.src.ok_or(Errno::EINVAL)?;
             a.path_mtu = IBV_MTU_4096;
             a.dest_qp_num = st.peer.qpn;
-            a.rq_psn = st.peer.psn;
+            // The IB CM's messages carry the PSN the sender receives (ibcm).
+            a.rq_psn = if st.roce.is_some() { st.my_psn } else { st.peer.psn };
             a.max_dest_rd_atomic = st.responder_resources;
             a.min_rnr_timer = 12;
             a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
@@ -447,7 +466,7 @@ pub fn init_qp_attr(s: &SoftId, a: &mut ibv_qp_attr, mask: &mut i32) -> Result<(
             a.timeout = s.core.state().options.ack_timeout.unwrap_or(14);
             a.retry_cnt = st.retry;
             a.rnr_retry = st.rnr_retry;
-            a.sq_psn = st.my_psn;
+            a.sq_psn = if st.roce.is_some() { st.peer.psn } else { st.my_psn };
             a.max_rd_atomic = st.initiator_depth;
             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC
         }
@@ -467,17 +486,29 @@ pub fn reject_request(c: &Arc<Conn>, reason: u32) {
 }
 
 pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
-    let reject = |reason: u32| reject_request(c, reason);
-    if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.phase() != Phase::Listening {
-        return reject(REJ_INVALID_SERVICE_ID);
-    }
     // A dual-stack listener's IPv4 requests come from and to mapped addresses.
     let local = c.sock.local_addr().ok().map(net::unmapped);
     let remote = m.src.or_else(|| c.peer()).map(net::unmapped);
-    let Some(child) = new_child(l) else { return reject(REJ_CONSUMER) };
+    let made = request_id(l, &m, local, remote, |child, st| {
+        st.conn = Some(c.clone());
+        c.set_owner(Owner::Id(Arc::downgrade(child)));
+    });
+    if let Err(reason) = made {
+        reject_request(c, reason);
+    }
+}
+
+/// A REQ for listener `l` from `remote` to `local`: makes the new id, lets `attach` tie
+/// the connection to it (under the new id's lock, before anything can reach it) and
+/// reports CONNECT_REQUEST. `Err(reason)`: refuse the request with that REJ reason.
+pub(super) fn request_id(l: &Arc<SoftId>, m: &Msg, local: Option<SocketAddr>, remote: Option<SocketAddr>, attach: impl FnOnce(&Arc<SoftId>, &mut super::St)) -> std::result::Result<(), u32> {
+    if m.kind != Kind::Req || m.port_space as u32 != l.ps() || l.phase() != Phase::Listening {
+        return Err(REJ_INVALID_SERVICE_ID);
+    }
+    let child = new_child(l).ok_or(REJ_CONSUMER)?;
     if set_addrs(&child, local, remote).is_err() {
         let _ = IdBox::destroy(child.core.ptr().0);
-        return reject(REJ_CONSUMER);
+        return Err(REJ_CONSUMER);
     }
     {
         let mut st = child.st();
@@ -485,7 +516,6 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
         let _ = st.phase.step(|p| p == Phase::Idle, Phase::ReqRcvd);
         st.src = local;
         st.dst = remote;
-        st.conn = Some(c.clone());
         st.peer.qpn = m.qp_num;
         st.peer.psn = m.psn;
         st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
@@ -495,6 +525,7 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
         st.retry = m.retry_count;
         st.rnr_retry = m.rnr_retry_count;
         st.tclass = m.tclass;
+        attach(&child, &mut st);
     }
     // The new id's route has the request's path, as the kernel CM gives it.
     if let (Some(l), Some(r)) = (local, remote) {
@@ -509,12 +540,12 @@ pub fn on_request(l: &Arc<SoftId>, c: &Arc<Conn>, m: Msg) {
         }
     }
     child.core.state().set_remote_ece(ibv_ece { vendor_id: m.ece_vendor, options: m.ece_options, comp_mask: 0 });
-    c.set_owner(Owner::Id(Arc::downgrade(&child)));
-    let mut p = l.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, conn_param(&m, true));
+    let mut p = l.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, conn_param(m, true));
     p.id = child.core.ptr();
     p.listen_id = l.core.ptr();
     p.private = padded(&m.private, REQ_DATA);
     l.post_pending(p);
+    Ok(())
 }
 
 /// A new id inheriting the listener's channel, context and port space (its
@@ -535,7 +566,7 @@ pub(super) fn new_child(l: &Arc<SoftId>) -> Option<Arc<SoftId>> {
 /// match guards (clippy's suggestion): a state change in a guard is easy to
 /// miss, and a guard that fails sends the message on to the arms below.
 #[allow(clippy::collapsible_match)]
-pub fn on_msg(s: &Arc<SoftId>, _c: &Arc<Conn>, m: Msg) {
+pub fn on_msg(s: &Arc<SoftId>, m: Msg) {
     match (m.kind, s.phase()) {
         (Kind::Rep, Phase::ReqSent) => {
             {

@@ -49,6 +49,8 @@ enum Src {
     Listener(Arc<TcpListener>, Weak<SoftId>),
     Conn(Arc<Conn>),
     Udp(Arc<UdpSocket>, Weak<SoftId>),
+    /// softverbs' MAD queue (ibcm): readable while MADs wait.
+    Mad(i32),
 }
 
 type TimerFn = Box<dyn FnOnce() + Send>;
@@ -118,6 +120,18 @@ impl Engine {
         c
     }
 
+    /// Watches softverbs' MAD queue (its fd stays softverbs').
+    pub fn add_mad_fd(&self, fd: i32) {
+        let t = self.token();
+        lock(&self.srcs).insert(t, Src::Mad(fd));
+        self.add_fd(fd, t);
+    }
+
+    /// Every listening id with a TCP listener (an IB CM REQ looks its listener up here).
+    pub fn listeners(&self) -> Vec<Weak<SoftId>> {
+        lock(&self.srcs).values().filter_map(|s| if let Src::Listener(_, w) = s { Some(w.clone()) } else { None }).collect()
+    }
+
     /// Stops watching a source and closes it (its last reference goes).
     pub fn remove(&self, token: u64) {
         if let Some(s) = lock(&self.srcs).remove(&token) {
@@ -129,6 +143,7 @@ impl Engine {
                     c.sock.as_raw_fd()
                 }
                 Src::Udp(u, _) => u.as_raw_fd(),
+                Src::Mad(fd) => *fd,
             };
             let _ = self.ep.ctl(libc::EPOLL_CTL_DEL, fd, 0);
         }
@@ -181,6 +196,7 @@ impl Engine {
                     Some(Src::Listener(l, owner)) => self.on_accept(&l, &owner),
                     Some(Src::Conn(c)) => self.on_readable(&c),
                     Some(Src::Udp(u, owner)) => self.on_datagram(&u, &owner),
+                    Some(Src::Mad(_)) => super::ibcm::on_mads(),
                     None => {}
                 }));
             }
@@ -242,7 +258,7 @@ impl Engine {
                 },
                 Owner::Id(w) => {
                     if let Some(id) = w.upgrade() {
-                        super::conn::on_msg(&id, c, m);
+                        super::conn::on_msg(&id, m);
                     }
                 }
                 Owner::Closed => {}

@@ -57,3 +57,10 @@ pub fn ctx_endpoint() -> Option<
         None
     }
 }
+
+/// The RoCEv2 members (`roce_mode`, `mad_fd`, `mad_recv`, `mad_send`), when this softverbs
+/// offers them.
+pub fn roce() -> Option<&'static SoftverbsCmOps> {
+    let o = table()?;
+    (o.1 >= std::mem::offset_of!(softverbs_cm_ops, mad_send) + 8).then_some(o.0)
+}

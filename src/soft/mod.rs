@@ -10,6 +10,7 @@
 pub mod conn;
 pub mod engine;
 pub mod hook;
+pub mod ibcm;
 pub mod mad;
 pub mod net;
 pub mod phase;
@@ -87,6 +88,8 @@ pub struct St {
     /// the new id): a client retransmits until answered, and a copy must not
     /// make another CONNECT_REQUEST while the first is unanswered.
     pub sidr_seen: std::collections::VecDeque<(SocketAddr, u64, std::sync::Weak<SoftId>)>,
+    /// The connection runs the IB CM over RoCEv2 (`ibcm`) instead of the stream CM.
+    pub roce: Option<ibcm::RoceConn>,
 }
 
 pub struct Mcast {
@@ -190,6 +193,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             dead: false,
             peer_lost: false,
             sidr_seen: std::collections::VecDeque::new(),
+            roce: None,
         }),
     });
     st.extra_mut().ext = Some(s.clone());
@@ -431,6 +435,8 @@ impl Backend for Soft {
             st.udp = Some(e.add_udp(sock::udp(fd), &s));
         } else {
             st.listener = Some(e.add_listener(std::net::TcpListener::from(fd), &s));
+            // REQs may come over RoCEv2 too (from a kernel rdma_cm).
+            ibcm::start();
         }
         // The check above, in the same hold: cannot fail.
         st.phase.step(|p| p == Phase::Bound, Phase::Listening).map_err(|_| Errno::EINVAL)?;
