@@ -12,6 +12,8 @@
 #   make bench-vm                  Debian's library vs ours: cmtime and rping timings (one boot; not in make test)
 #   make profile-vm                per cmtime step, instructions run and first run (callgrind; not in make test)
 #   make profile-vm-first          the first CM event's calls timed, Debian's vs ours (not in make test)
+#   make test-vm-roce              RoCEv2 on the wire: softverbs on the host against rxe in a live guest
+#                                  on a tap in a private netns (roce-net.sh; root; not in make test yet)
 
 VM_DIR            := tests/vm
 VM_RUN            := $(VM_DIR)/run-in-guest.sh
@@ -70,6 +72,13 @@ vm-expected: vm-build
 
 vm-shell:
 	$(VM_RUN) '$(CMD)'
+
+# Debian's programs on the guest's rxe0 against the same programs on softverbs on the host,
+# over a tap in the namespace roce-net.sh makes (boots its own guest; not in check-vm yet).
+.PHONY: test-vm-roce
+test-vm-roce: $(BUILD_DEP)
+	@rm -rf $(VM_RESULTS)/roce; mkdir -p $(VM_RESULTS)/roce
+	ROCE_RESULTS=$(VM_RESULTS)/roce bash $(VM_DIR)/roce-interop.sh
 
 # Debian's library against ours on rxe, alternating (C, ours, C, ours, ...):
 # cmtime step totals and rping's wall time, ratio table on stdout and in
