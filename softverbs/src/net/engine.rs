@@ -345,7 +345,7 @@ impl Engine {
                 }
                 t if (T_ROCE_SOCK..T_FIRST_CONN).contains(&t) => {
                     if let Some(r) = &self.roce {
-                        any |= r.on_readable(c, (t - T_ROCE_SOCK) as usize, engine);
+                        any |= r.on_readable((t - T_ROCE_SOCK) as usize, engine);
                     }
                 }
                 t => {

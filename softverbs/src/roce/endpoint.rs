@@ -34,6 +34,8 @@ const TICK_NS: i64 = 1_000_000;
 
 pub struct Endpoint {
     pub socks: Vec<(Ipv4Addr, OwnedFd)>,
+    /// The contexts sharing this endpoint (see `open`).
+    ctxs: Mutex<Vec<std::sync::Weak<Context>>>,
     pub timer: OwnedFd,
     links: Mutex<IntMap<u32, Arc<RoceLink>>>,
     rx: Mutex<Vec<u8>>,
@@ -133,12 +135,37 @@ pub fn choose(ctx: &Context, table: Option<SocketAddr>, sgid: &[u8; 16], dgid: &
     }
 }
 
+/// The network namespace of the calling thread (endpoints are per namespace).
+fn netns() -> String {
+    std::fs::read_link("/proc/thread-self/ns/net").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 impl Endpoint {
-    /// Binds 4791 on every IPv4 address of the context (those free).
+    /// The endpoint of this process in the caller's network namespace: a port binds once,
+    /// so every context of the process shares one (programs open several: perftest its
+    /// own beside librdmacm's). Made by the first context, which binds 4791 on each of
+    /// its IPv4 addresses that is free; gone with the last.
     pub fn open(ctx: &Arc<Context>) -> Option<Arc<Endpoint>> {
         if forced() == Some(false) {
             return None;
         }
+        static SHARED: Mutex<Vec<(String, std::sync::Weak<Endpoint>)>> = Mutex::new(Vec::new());
+        let ns = netns();
+        let mut shared = lock(&SHARED);
+        shared.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(ep) = shared.iter().find(|(n, _)| *n == ns).and_then(|(_, w)| w.upgrade()) {
+            let mut c = lock(&ep.ctxs);
+            c.retain(|w| w.strong_count() > 0);
+            c.push(Arc::downgrade(ctx));
+            drop(c);
+            return Some(ep);
+        }
+        let ep = Self::bind_all(ctx)?;
+        shared.push((ns, Arc::downgrade(&ep)));
+        Some(ep)
+    }
+
+    fn bind_all(ctx: &Arc<Context>) -> Option<Arc<Endpoint>> {
         let mut socks = Vec::new();
         for g in &ctx.gids {
             let Some(ip) = super::v4_of_gid(&g.gid) else { continue };
@@ -159,6 +186,7 @@ impl Endpoint {
         let mad_ev = owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) }).ok()?;
         Some(Arc::new(Endpoint {
             socks,
+            ctxs: Mutex::new(vec![Arc::downgrade(ctx)]),
             timer,
             links: Mutex::new(IntMap::default()),
             rx: Mutex::new(vec![0u8; 65536]),
@@ -269,9 +297,16 @@ impl Endpoint {
         }
     }
 
-    /// Receives what waits on socket `i`. `wait`: the progress thread (may wait for the
-    /// receive lock); a polling thread skips it when busy.
-    pub fn on_readable(self: &Arc<Self>, ctx: &Arc<Context>, i: usize, wait: bool) -> bool {
+    /// The QP numbered `qpn` in any context sharing the endpoint.
+    fn find_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
+        let ctxs: Vec<Arc<Context>> = lock(&self.ctxs).iter().filter_map(|w| w.upgrade()).collect();
+        ctxs.iter().find_map(|c| c.find_qp(qpn))
+    }
+
+    /// Receives what waits on socket `i` (for whichever context the packets are). `wait`:
+    /// the progress thread (may wait for the receive lock); a polling thread skips it
+    /// when busy.
+    pub fn on_readable(self: &Arc<Self>, i: usize, wait: bool) -> bool {
         let Some((ip, fd)) = self.socks.get(i) else { return false };
         let g = if wait { Some(lock(&self.rx)) } else { crate::core::registry::try_lock(&self.rx) };
         let Some(mut buf) = g else { return false };
@@ -288,12 +323,12 @@ impl Endpoint {
             any = true;
             let src = Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
             let sport = u16::from_be(from.sin_port);
-            self.on_datagram(ctx, *ip, src, sport, &buf[..n as usize]);
+            self.on_datagram(*ip, src, sport, &buf[..n as usize]);
         }
         any
     }
 
-    fn on_datagram(self: &Arc<Self>, ctx: &Arc<Context>, me: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8]) {
+    fn on_datagram(self: &Arc<Self>, me: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8]) {
         let ok = packet::decode(data).ok().filter(|(h, _)| h.bth.pkey & 0x7fff == 0x7fff);
         let Some((h, payload)) = ok else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -305,9 +340,9 @@ impl Endpoint {
         }
         let opc = h.bth.opcode;
         if opc >> 5 == 3 {
-            return self.on_ud(ctx, me, src, &h, payload);
+            return self.on_ud(me, src, &h, payload);
         }
-        let Some(qp) = ctx.find_qp(h.bth.dqpn) else { return };
+        let Some(qp) = self.find_qp(h.bth.dqpn) else { return };
         let Some(l) = self.link_for_packet(&qp, src, me) else { return };
         let d = l.on_packet(&h, payload);
         self.deliver(&l, d);
@@ -337,7 +372,7 @@ impl Endpoint {
         Some(l)
     }
 
-    fn on_ud(&self, ctx: &Arc<Context>, me: Ipv4Addr, src: Ipv4Addr, h: &Headers, payload: &[u8]) {
+    fn on_ud(&self, me: Ipv4Addr, src: Ipv4Addr, h: &Headers, payload: &[u8]) {
         let Some(d) = h.deth else { return };
         if h.bth.dqpn == 1 {
             // QP1: the CM's. rxe takes only 256-byte MADs with the GSI Q_Key.
@@ -369,7 +404,9 @@ impl Endpoint {
             f.flags |= F_SOLICITED;
         }
         f.payload_len = payload.len() as u32;
-        ud::on_datagram(ctx, &f, payload, None);
+        if let Some(qp) = self.find_qp(f.dst_qpn) {
+            ud::on_datagram(&qp.ctx, &f, payload, None);
+        }
     }
 
     /// The oldest MAD waiting for the CM.
