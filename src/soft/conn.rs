@@ -24,7 +24,7 @@ pub const SIDR_REP_DATA: usize = 136;
 /// IB CM reject reasons the soft CM sends.
 pub const REJ_INVALID_SERVICE_ID: u32 = 8;
 pub const REJ_CONSUMER: u32 = 28;
-const DEVICE_MAX_RD_ATOMIC: u8 = 16;
+const DEVICE_MAX_RD_ATOMIC: u8 = 128;
 /// IB_SIDR_REJECT (ib_cm_sidr_status: 1 is UNSUPPORTED), the status a
 /// rejected SIDR client's UNREACHABLE event carries.
 const SIDR_REJECT: u32 = 2;

@@ -33,7 +33,9 @@ pub const MIN_INLINE: u32 = 256;
 /// `ibv_post_send` (only what the socket does not take then is copied), which is the
 /// zero-copy path rsockets take for messages up to the QP's inline size.
 pub const MAX_INLINE: u32 = 64 << 10;
-pub const MAX_RD_ATOM: u8 = 16;
+/// READs/atomics in flight per QP, each way: rxe's value, so that a peer that sets a
+/// QP's `max_rd_atomic` from rxe's device attributes (perftest does) is accepted.
+pub const MAX_RD_ATOM: u8 = 128;
 
 /// A send WQE on the requester's queue.
 pub struct SendWqe {
