@@ -127,9 +127,16 @@ impl Engine {
         self.add_fd(fd, t);
     }
 
-    /// Every listening id with a TCP listener (an IB CM REQ looks its listener up here).
+    /// Every id with a TCP listener or a UDP socket (an IB CM REQ or SIDR REQ looks its
+    /// listener up here).
     pub fn listeners(&self) -> Vec<Weak<SoftId>> {
-        lock(&self.srcs).values().filter_map(|s| if let Src::Listener(_, w) = s { Some(w.clone()) } else { None }).collect()
+        lock(&self.srcs)
+            .values()
+            .filter_map(|s| match s {
+                Src::Listener(_, w) | Src::Udp(_, w) => Some(w.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Stops watching a source and closes it (its last reference goes).
@@ -278,7 +285,17 @@ impl Engine {
 
     fn on_datagram(&self, u: &UdpSocket, owner: &Weak<SoftId>) {
         let mut buf = [0u8; 2048];
-        let Ok((n, from)) = u.recv_from(&mut buf) else { return };
+        let (n, from) = match u.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    if let Some(id) = owner.upgrade() {
+                        super::sidr::on_refused(&id);
+                    }
+                }
+                return;
+            }
+        };
         let Ok((m, used)) = wire::decode(&buf[..n]) else { return };
         if used != n {
             return;

@@ -37,6 +37,8 @@ use std::time::Duration;
 const RESEND: Duration = Duration::from_millis(1000);
 const TRIES: u32 = 15;
 const DREQ_TRIES: u32 = 5;
+/// A SIDR client gives up after 4 s, as the stream CM's does.
+const SIDR_TRIES: u32 = 3;
 /// `ack_timeout` the kernel's rdma_cm carries for RoCE (packet life 18 + 1).
 const ACK_TIMEOUT: u8 = 19;
 const CM_RESPONSE_TIMEOUT: u8 = 20;
@@ -56,6 +58,12 @@ pub struct RoceConn {
     pub remote_qpn: u32,
     /// Bumped whenever an answer arrives, so a pending resend knows it is obsolete.
     gen: u64,
+    /// Our REQ (or SIDR REP) to send again, and how often a missing listener refused
+    /// the REQ (see `refused_retry`).
+    sent: Option<Box<[u8; MAD_LEN]>>,
+    refused: u32,
+    /// SIDR: the service ID requested.
+    service_id: u64,
 }
 
 #[derive(Default)]
@@ -169,12 +177,21 @@ fn transmit(s: &Arc<SoftId>, tid: u64, msg: CmMsg) -> Result<()> {
     let (rc, wants_answer) = {
         let st = s.st();
         let rc = st.roce.clone().ok_or(Errno(libc::ENOTCONN))?;
-        (rc, matches!(msg, CmMsg::Req(_) | CmMsg::Rep(_) | CmMsg::Dreq(_)))
+        (rc, matches!(msg, CmMsg::Req(_) | CmMsg::Rep(_) | CmMsg::Dreq(_) | CmMsg::SidrReq(_)))
     };
     let bytes = mad::encode(tid, 0, &msg);
+    if matches!(msg, CmMsg::Req(_) | CmMsg::SidrRep(_)) {
+        if let Some(r) = s.st().roce.as_mut() {
+            r.sent = Some(Box::new(bytes));
+        }
+    }
     mad_send(rc.local, rc.remote, &bytes)?;
     if wants_answer {
-        let tries = if matches!(msg, CmMsg::Dreq(_)) { DREQ_TRIES } else { TRIES };
+        let tries = match msg {
+            CmMsg::Dreq(_) => DREQ_TRIES,
+            CmMsg::SidrReq(_) => SIDR_TRIES,
+            _ => TRIES,
+        };
         resend_later(Arc::downgrade(s), rc.gen, bytes, tries);
     }
     Ok(())
@@ -213,7 +230,7 @@ fn gave_up(s: &Arc<SoftId>, phase: Phase) {
         }
         _ => {
             conn::error_qp(s);
-            s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Param::zeroed(), Vec::new(), false);
+            s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Param::zeroed(), Vec::new(), s.is_ud());
         }
     }
 }
@@ -277,7 +294,7 @@ pub fn connect(s: &Arc<SoftId>, m: &Msg, src: SocketAddr, dst: SocketAddr) -> Re
         if st.dead || st.phase.get() != Phase::ReqSent {
             return Ok(());
         }
-        st.roce = Some(RoceConn { local, remote, local_comm_id: comm, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0 });
+        st.roce = Some(RoceConn { local, remote, local_comm_id: comm, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id: 0 });
     }
     lock(registry()).ids.insert(comm, Arc::downgrade(s));
     transmit(s, tid, CmMsg::Req(req))
@@ -411,6 +428,9 @@ fn on_mad(from: Ipv4Addr, to: Ipv4Addr, tid: u64, msg: CmMsg) {
         }
         CmMsg::Rej(rej) => {
             let Some(s) = id_of(rej.remote_comm_id, from) else { return };
+            if refused_retry(&s, &rej) {
+                return;
+            }
             answered(&s, None, None);
             let mut m = Msg::new(Kind::Rej);
             m.status = rej.reason as u32;
@@ -438,8 +458,130 @@ fn on_mad(from: Ipv4Addr, to: Ipv4Addr, tid: u64, msg: CmMsg) {
                 conn::on_msg(&s, Msg::new(Kind::Drep));
             }
         }
-        CmMsg::SidrReq(_) | CmMsg::SidrRep(_) => {}
+        CmMsg::SidrReq(req) => on_sidr_req(from, to, tid, &req),
+        CmMsg::SidrRep(rep) => {
+            let Some(s) = id_of(rep.request_id, from) else { return };
+            answered(&s, None, None);
+            let mut m = Msg::new(Kind::SidrRep);
+            m.status = rep.status as u32;
+            m.qp_num = rep.qpn;
+            m.qkey = rep.qkey;
+            m.tid = s.st().peer.tid;
+            m.private = rep.private_data.to_vec();
+            super::sidr::on_reply(&s, m);
+        }
     }
+}
+
+/// Starts a SIDR (UD) query from `src` to `dst` with the IB CM.
+pub fn sidr_connect(s: &Arc<SoftId>, private: &[u8], src: SocketAddr, dst: SocketAddr) -> Result<()> {
+    let (IpAddr::V4(local), IpAddr::V4(remote)) = (src.ip().to_canonical(), dst.ip().to_canonical()) else {
+        return Err(Errno(libc::ENETUNREACH));
+    };
+    let hdr = cma::CmaHdr::new(src.port(), IpAddr::V4(local), IpAddr::V4(remote));
+    let private_data = cma::sidr_req_private_data(&hdr, private).ok_or(Errno::EINVAL)?;
+    let (rid, tid) = (fresh_comm_id(), random_tid());
+    let service_id = cma::service_id(s.ps() as u16, dst.port());
+    {
+        let mut st = s.st();
+        st.phase.step(|p| p == Phase::RouteResolved, Phase::ReqSent).map_err(|_| Errno::EINVAL)?;
+        st.peer.tid = tid;
+        st.roce = Some(RoceConn { local, remote, local_comm_id: rid, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id });
+    }
+    lock(registry()).ids.insert(rid, Arc::downgrade(s));
+    transmit(s, tid, CmMsg::SidrReq(mad::SidrReq { request_id: rid, pkey: 0xffff, service_id, private_data }))
+}
+
+/// A UD listener's answer to a SIDR request that came over RoCEv2.
+pub fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, data: &[u8]) -> Result<()> {
+    if data.len() > super::conn::SIDR_REP_DATA {
+        return Err(Errno::EINVAL);
+    }
+    let rc = {
+        let mut st = s.st();
+        let rc = st.roce.clone().ok_or(Errno::EINVAL)?;
+        st.phase.step(|p| p == Phase::ReqRcvd, Phase::Answering).map_err(|_| Errno::EINVAL)?;
+        rc
+    };
+    let mut private_data = [0u8; super::conn::SIDR_REP_DATA];
+    private_data[..data.len()].copy_from_slice(data);
+    let rep = mad::SidrRep { request_id: rc.remote_comm_id, status: status as u8, qpn, service_id: rc.service_id, qkey: RDMA_UDP_QKEY, private_data, ..mad::SidrRep::default() };
+    let r = transmit(s, rc.tid, CmMsg::SidrRep(rep));
+    let to = if r.is_ok() && status == 0 { Phase::Connected } else if r.is_ok() { Phase::Disconnected } else { Phase::ReqRcvd };
+    let _ = s.transition(|p| p == Phase::Answering, to);
+    r
+}
+
+fn on_sidr_req(from: Ipv4Addr, to: Ipv4Addr, tid: u64, req: &mad::SidrReq) {
+    // A copy: the client did not get our reply (resend it), or we have not answered yet.
+    let known = lock(registry()).remote.get(&(from, req.request_id)).copied();
+    if let Some(comm) = known {
+        let child = lock(registry()).ids.get(&comm).and_then(Weak::upgrade);
+        if let Some(sent) = child.and_then(|c| c.st().roce.as_ref().and_then(|r| r.sent.clone())) {
+            let _ = mad_send(to, from, &sent);
+        }
+        return;
+    }
+    let answer = |status: u8| {
+        let rep = mad::SidrRep { request_id: req.request_id, status, service_id: req.service_id, ..mad::SidrRep::default() };
+        reply_unknown(from, to, tid, CmMsg::SidrRep(rep));
+    };
+    let Some((ps, port)) = cma::split_service_id(req.service_id) else { return answer(mad::sidr_status::NO_LISTENER) };
+    let (Some(l), Some(hdr)) = (listener(ps, port, to), cma::decode_hdr(&req.private_data)) else { return answer(mad::sidr_status::NO_LISTENER) };
+    let mut m = Msg::new(Kind::SidrReq);
+    m.port_space = ps;
+    m.tid = tid;
+    m.private = req.private_data[cma::CMA_HDR_LEN..].to_vec();
+    let local = SocketAddr::new(IpAddr::V4(to), port);
+    let remote = SocketAddr::new(IpAddr::V4(from), hdr.port);
+    let comm = fresh_comm_id();
+    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.request_id, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id: req.service_id };
+    let child = super::sidr::sidr_request(&l, &m, Some(local), Some(remote), |child, st| {
+        st.roce = Some(rc.clone());
+        let mut r = lock(registry());
+        r.ids.insert(comm, Arc::downgrade(child));
+        r.remote.insert((from, req.request_id), comm);
+    });
+    if child.is_none() {
+        answer(mad::sidr_status::REJECTED);
+    }
+}
+
+/// How many times a REQ refused for want of a listener is sent again, 10 ms apart.
+const REFUSED_RETRIES: u32 = 20;
+
+/// A REQ refused because nobody listens (REJ 8) is tried again for a moment before the
+/// refusal counts: programs that tear a listener down and listen again on the same port
+/// (perftest's two rdma_cm phases) race their peer by a few milliseconds, as the stream
+/// CM's `connect_local` knows.
+fn refused_retry(s: &Arc<SoftId>, rej: &mad::Rej) -> bool {
+    if rej.reason != mad::rej_reason::INVALID_SERVICE_ID || rej.msg_rejected != mad::msg_kind::REQ {
+        return false;
+    }
+    let (rc, gen) = {
+        let mut st = s.st();
+        if st.phase.get() != Phase::ReqSent {
+            return false;
+        }
+        let Some(r) = st.roce.as_mut() else { return false };
+        if r.refused >= REFUSED_RETRIES || r.sent.is_none() {
+            return false;
+        }
+        r.refused += 1;
+        r.gen += 1;
+        (r.clone(), r.gen)
+    };
+    let w = Arc::downgrade(s);
+    engine::get().after(Duration::from_millis(10), move || {
+        let Some(s) = w.upgrade() else { return };
+        let still = s.st().roce.as_ref().is_some_and(|r| r.gen == gen) && s.phase() == Phase::ReqSent;
+        if let (true, Some(bytes)) = (still, rc.sent.as_deref()) {
+            if mad_send(rc.local, rc.remote, bytes).is_ok() {
+                resend_later(w, gen, *bytes, TRIES);
+            }
+        }
+    });
+    true
 }
 
 /// A listening id of ours for `(ps, port)` that takes requests to `dst`.
@@ -484,7 +626,7 @@ fn on_req(from: Ipv4Addr, to: Ipv4Addr, tid: u64, req: &mad::Req) {
     let local = SocketAddr::new(IpAddr::V4(to), port);
     let remote = SocketAddr::new(IpAddr::V4(from), hdr.port);
     let comm = fresh_comm_id();
-    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.local_comm_id, tid, dreq_tid: 0, remote_qpn: req.local_qpn, gen: 0 };
+    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.local_comm_id, tid, dreq_tid: 0, remote_qpn: req.local_qpn, gen: 0, sent: None, refused: 0, service_id: 0 };
     let made = conn::request_id(&l, &m, Some(local), Some(remote), |child, st| {
         st.roce = Some(rc.clone());
         let mut r = lock(registry());

@@ -90,6 +90,8 @@ pub struct St {
     pub sidr_seen: std::collections::VecDeque<(SocketAddr, u64, std::sync::Weak<SoftId>)>,
     /// The connection runs the IB CM over RoCEv2 (`ibcm`) instead of the stream CM.
     pub roce: Option<ibcm::RoceConn>,
+    /// A SIDR client's private data (sent again if it moves to RoCEv2).
+    pub peer_private: Vec<u8>,
 }
 
 pub struct Mcast {
@@ -194,6 +196,7 @@ pub fn soft_id(core: &Arc<IdCore>) -> Arc<SoftId> {
             peer_lost: false,
             sidr_seen: std::collections::VecDeque::new(),
             roce: None,
+            peer_private: Vec::new(),
         }),
     });
     st.extra_mut().ext = Some(s.clone());
@@ -435,9 +438,9 @@ impl Backend for Soft {
             st.udp = Some(e.add_udp(sock::udp(fd), &s));
         } else {
             st.listener = Some(e.add_listener(std::net::TcpListener::from(fd), &s));
-            // REQs may come over RoCEv2 too (from a kernel rdma_cm).
-            ibcm::start();
         }
+        // Requests may come over RoCEv2 too (from a kernel rdma_cm).
+        ibcm::start();
         // The check above, in the same hold: cannot fail.
         st.phase.step(|p| p == Phase::Bound, Phase::Listening).map_err(|_| Errno::EINVAL)?;
         Ok(())

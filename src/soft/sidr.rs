@@ -24,6 +24,13 @@ pub fn sidr_connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
         (st.src.ok_or(Errno::EINVAL)?, st.dst.ok_or(Errno::EINVAL)?)
     };
     let u = UdpSocket::bind(SocketAddr::new(src.ip(), 0))?;
+    // Connected: where no soft-fabric listener has the port, the ICMP refusal comes back
+    // as a receive error (`on_refused`), and RoCEv2 is tried instead.
+    let roce = super::ibcm::mode(src.ip());
+    if roce == 2 && dst.ip().to_canonical().is_ipv4() {
+        return super::ibcm::sidr_connect(s, &p.private_data, src, dst);
+    }
+    let _ = u.connect(dst);
     let (token, u) = engine::get().add_udp(u, s);
     let mut m = Msg::new(Kind::SidrReq);
     m.port_space = s.ps() as u16;
@@ -41,6 +48,7 @@ pub fn sidr_connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
         }
         st.udp = Some((token, u.clone()));
         st.peer.tid = m.tid;
+        st.peer_private = m.private.clone();
     }
     sidr_send(s.clone(), u, m, dst, 0);
     Ok(())
@@ -84,6 +92,9 @@ pub fn sidr_accept(s: &Arc<SoftId>, p: Option<ConnParam>) -> Result<()> {
 pub fn sidr_reply(s: &Arc<SoftId>, status: u32, qpn: u32, endpoint: Option<SocketAddr>, data: &[u8]) -> Result<()> {
     if data.len() > SIDR_REP_DATA {
         return Err(Errno::EINVAL);
+    }
+    if s.st().roce.is_some() {
+        return super::ibcm::sidr_reply(s, status, qpn, data);
     }
     let (u, to, tid) = {
         let mut st = s.st();
@@ -140,6 +151,63 @@ fn remember_sidr(l: &SoftId, from: SocketAddr, tid: u64, child: &Arc<SoftId>) {
     st.sidr_seen.push_back((from, tid, Arc::downgrade(child)));
 }
 
+/// A SIDR socket's receive failed: a client's request was refused (nothing listens on
+/// that port of the destination). Another host with a RoCEv2 peer: try the IB CM's SIDR.
+pub fn on_refused(s: &Arc<SoftId>) {
+    let (src, dst, token) = {
+        let st = s.st();
+        if st.phase.get() != Phase::ReqSent {
+            return;
+        }
+        let (Some(src), Some(dst)) = (st.src, st.dst) else { return };
+        (src, dst, st.udp.as_ref().map(|x| x.0))
+    };
+    if super::ibcm::mode(src.ip()) == 0 || !dst.ip().to_canonical().is_ipv4() || net::is_local(dst.ip()) {
+        return;
+    }
+    let private = s.st().peer_private.clone();
+    {
+        let mut st = s.st();
+        // The stream request is abandoned: its resends stop with the new tid.
+        st.peer.tid = 0;
+        st.udp = None;
+    }
+    if let Some(t) = token {
+        engine::get().remove(t);
+    }
+    let _ = s.transition(|p| p == Phase::ReqSent, Phase::RouteResolved);
+    if super::ibcm::sidr_connect(s, &private, src, dst).is_err() && s.transition(|p| p == Phase::ReqSent, Phase::Disconnected).is_ok() {
+        s.post(RDMA_CM_EVENT_UNREACHABLE, -libc::ENETUNREACH, Param::zeroed(), Vec::new(), true);
+    }
+}
+
+/// A SIDR request for listener `l` from `remote` to `local`: makes the new id (which
+/// `attach` ties to the request's wire) and reports CONNECT_REQUEST.
+pub(super) fn sidr_request(l: &Arc<SoftId>, m: &Msg, local: Option<SocketAddr>, remote: Option<SocketAddr>, attach: impl FnOnce(&Arc<SoftId>, &mut super::St)) -> Option<Arc<SoftId>> {
+    let child = new_child(l)?;
+    if set_addrs(&child, local, remote).is_err() {
+        let _ = IdBox::destroy(child.core.ptr().0);
+        return None;
+    }
+    {
+        let mut st = child.st();
+        // A new id nobody else has yet: this cannot fail.
+        let _ = st.phase.step(|p| p == Phase::Idle, Phase::ReqRcvd);
+        st.src = local;
+        st.dst = remote;
+        st.peer.tid = m.tid;
+        st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
+        attach(&child, &mut st);
+    }
+    let mut p = l.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, Param::zeroed());
+    p.id = child.core.ptr();
+    p.listen_id = l.core.ptr();
+    p.private = padded(&m.private, SIDR_REQ_DATA);
+    p.ud = true;
+    l.post_pending(p);
+    Some(child)
+}
+
 /// A datagram on a SIDR socket: a request at a listener, a reply at a client.
 pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
     match m.kind {
@@ -147,62 +215,50 @@ pub fn on_datagram(s: &Arc<SoftId>, u: &UdpSocket, m: Msg, from: SocketAddr) {
             if m.port_space as u32 != s.ps() || !first_sidr_copy(s, from, m.tid) {
                 return;
             }
-            let Some(child) = new_child(s) else { return };
             // A dual-stack listener's IPv4 requests come from mapped addresses.
             let local = u.local_addr().ok().map(|l| {
                 let ip = m.dst.map(|d| d.ip()).unwrap_or(l.ip());
                 net::unmapped(SocketAddr::new(ip, l.port()))
             });
             let remote = m.src.or(Some(from)).map(net::unmapped);
-            if set_addrs(&child, local, remote).is_err() {
-                let _ = IdBox::destroy(child.core.ptr().0);
-                return;
-            }
             let listener_udp = s.st().udp.clone();
-            {
-                let mut st = child.st();
-                // A new id nobody else has yet: this cannot fail.
-                let _ = st.phase.step(|p| p == Phase::Idle, Phase::ReqRcvd);
-                st.src = local;
-                st.dst = remote;
+            let child = sidr_request(s, &m, local, remote, |_, st| {
                 st.udp = listener_udp.map(|(_, sock)| (0, sock));
                 st.peer.udp = Some(from);
-                st.peer.tid = m.tid;
-                st.peer.gid = remote.map(|r| net::gid_of(r.ip())).unwrap_or_default();
+            });
+            if let Some(child) = child {
+                remember_sidr(s, from, m.tid, &child);
             }
-            remember_sidr(s, from, m.tid, &child);
-            let mut p = s.core.pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, Param::zeroed());
-            p.id = child.core.ptr();
-            p.listen_id = s.core.ptr();
-            p.private = padded(&m.private, SIDR_REQ_DATA);
-            p.ud = true;
-            s.post_pending(p);
         }
-        Kind::SidrRep => {
-            let to = if m.status == 0 { Phase::Connected } else { Phase::Disconnected };
-            // The reply to our request, unless a destroy (or an earlier copy) came first.
-            let (token, dst, src, tclass) = {
-                let mut st = s.st();
-                if st.peer.tid != m.tid || st.phase.step(|p| p == Phase::ReqSent, to).is_err() {
-                    return;
-                }
-                (st.udp.take().map(|x| x.0), st.dst, st.src, st.tclass)
-            };
-            if let Some(t) = token {
-                engine::get().remove(t);
-            }
-            let gid = dst.map(|d| net::gid_of(d.ip())).unwrap_or_default();
-            if m.status != 0 {
-                s.post(RDMA_CM_EVENT_UNREACHABLE, m.status as i32, Param::zeroed(), padded(&m.private, SIDR_REP_DATA), true);
-                return;
-            }
-            let _ = add_peer(&gid, m.qp_num, m.endpoint);
-            let sgid = src.and_then(|a| dev().ok().map(|d| d.gid_index(a.ip()))).unwrap_or(0);
-            // The address handle follows the route's path, its traffic class (TOS) included.
-            let mut p = ud_param(gid, sgid, m.qp_num, m.qkey);
-            p.0.ud.ah_attr.grh.traffic_class = tclass;
-            s.post(RDMA_CM_EVENT_ESTABLISHED, 0, p, padded(&m.private, SIDR_REP_DATA), true);
-        }
+        Kind::SidrRep => on_reply(s, m),
         _ => {}
     }
+}
+
+/// The reply to a client's SIDR request (from either wire).
+pub(super) fn on_reply(s: &Arc<SoftId>, m: Msg) {
+    let to = if m.status == 0 { Phase::Connected } else { Phase::Disconnected };
+    // The reply to our request, unless a destroy (or an earlier copy) came first.
+    let (token, dst, src, tclass) = {
+        let mut st = s.st();
+        if st.peer.tid != m.tid || st.phase.step(|p| p == Phase::ReqSent, to).is_err() {
+            return;
+        }
+        (st.udp.take().map(|x| x.0), st.dst, st.src, st.tclass)
+    };
+    if let Some(t) = token {
+        engine::get().remove(t);
+    }
+    super::ibcm::forget(s);
+    let gid = dst.map(|d| net::gid_of(d.ip())).unwrap_or_default();
+    if m.status != 0 {
+        s.post(RDMA_CM_EVENT_UNREACHABLE, m.status as i32, Param::zeroed(), padded(&m.private, SIDR_REP_DATA), true);
+        return;
+    }
+    let _ = add_peer(&gid, m.qp_num, m.endpoint);
+    let sgid = src.and_then(|a| dev().ok().map(|d| d.gid_index(a.ip()))).unwrap_or(0);
+    // The address handle follows the route's path, its traffic class (TOS) included.
+    let mut p = ud_param(gid, sgid, m.qp_num, m.qkey);
+    p.0.ud.ah_attr.grh.traffic_class = tclass;
+    s.post(RDMA_CM_EVENT_ESTABLISHED, 0, p, padded(&m.private, SIDR_REP_DATA), true);
 }
