@@ -65,6 +65,12 @@ struct OutMsg {
     read_len: usize,
     read_buf: Vec<u8>,
     read_next: u32,
+    /// READ: the request's RETH (to ask again for the rest after a lost response).
+    reth: Reth,
+    /// READ: the PSN from which the rest was asked for again (responses restart there).
+    resumed: Option<u32>,
+    /// READ: every response is here; delivered once the messages before it are.
+    done: bool,
 }
 
 impl OutMsg {
@@ -308,7 +314,7 @@ impl RoceLink {
                     let hd = Headers {
                         bth,
                         reth: (write && is_first).then_some(Reth { va: h.raddr, rkey: h.rkey, len: payload.len() as u32 }),
-                        imm: (imm && is_last).then_some(h.imm),
+                        imm: (imm && is_last).then_some(super::imm_to_wire(h.imm)),
                         ..Headers::default()
                     };
                     pkts.push(self.packet(&hd, &[chunk]));
@@ -356,7 +362,8 @@ impl RoceLink {
         if r.out.is_empty() {
             r.deadline = r.timeout.map(|t| Instant::now() + t);
         }
-        r.out.push_back(OutMsg { int_psn: h.psn, kind, first, n, pkts, read_len, read_buf: Vec::new(), read_next: first });
+        let reth = Reth { va: h.raddr, rkey: h.rkey, len: read_len as u32 };
+        r.out.push_back(OutMsg { int_psn: h.psn, kind, first, n, pkts, read_len, read_buf: Vec::new(), read_next: first, reth, resumed: None, done: false });
     }
 
     fn response_frame(&self, op: Op, int_psn: u32, syn: Syndrome) -> Header {
@@ -380,19 +387,45 @@ impl RoceLink {
         }
     }
 
-    /// Resends every outstanding message from the one holding `psn` (or the first).
+    /// Go-back-N: resends from `psn` (a sequence NAK's: the packets of its message from
+    /// there on), or everything outstanding (`None`: the timer), and every later message.
     fn resend_from(&self, s: &mut St, psn: Option<u32>) {
         let start = psn.and_then(|p| s.req.out.iter().position(|m| m.holds(p))).unwrap_or(0);
-        for m in s.req.out.iter_mut().skip(start) {
-            m.read_buf.clear();
-            m.read_next = m.first;
-            for p in &m.pkts {
-                if let Some(ep) = self.ep.upgrade() {
-                    ep.send_to(self.src, self.dst, p);
+        for (k, m) in s.req.out.iter_mut().enumerate().skip(start) {
+            match m.kind {
+                Kind::SendWrite => {
+                    let from = match psn {
+                        Some(p) if k == start => packet::psn_diff(p, m.first).max(0) as usize,
+                        _ => 0,
+                    };
+                    for p in &m.pkts[from.min(m.pkts.len())..] {
+                        self.send_pkt(p);
+                    }
+                }
+                _ => {
+                    m.read_buf.clear();
+                    m.read_next = m.first;
+                    m.resumed = None;
+                    m.done = false;
+                    for p in &m.pkts {
+                        self.send_pkt(p);
+                    }
                 }
             }
         }
         s.req.deadline = s.req.timeout.map(|t| Instant::now() + t);
+    }
+
+    /// A READ response was lost (a later one came): ask again for the rest, from the first
+    /// missing response, as rxe does.
+    fn resume_read(&self, m: &mut OutMsg) {
+        let got = m.read_buf.len();
+        let rest = Reth { va: m.reth.va + got as u64, rkey: m.reth.rkey, len: (m.read_len - got) as u32 };
+        let mut bth = self.bth(op::RC_READ_REQUEST, m.read_next);
+        bth.ack_req = true;
+        let p = self.packet(&Headers { bth, reth: Some(rest), ..Headers::default() }, &[]);
+        self.send_pkt(&p);
+        m.resumed = Some(m.read_next);
     }
 
     fn fail_front(&self, s: &mut St, syn: Syndrome, out: &mut Vec<Deliver>) {
@@ -482,20 +515,20 @@ impl RoceLink {
 
     fn read_data(&self, s: &mut St, h: &Headers, payload: &[u8], out: &mut Vec<Deliver>) {
         let psn = h.bth.psn;
+        let Some(i) = s.req.out.iter().position(|m| m.kind == Kind::Read && !m.done && m.holds(psn)) else { return };
         // A READ response acknowledges every SEND/WRITE before the READ.
-        if let Some(i) = s.req.out.iter().position(|m| m.kind != Kind::SendWrite) {
-            if s.req.out[i].kind == Kind::Read && s.req.out[i].holds(psn) {
-                let before = packet::psn_add(s.req.out[i].first, 0x00ff_ffff);
-                self.complete_upto(s, before, out);
+        let before = packet::psn_add(s.req.out[i].first, 0x00ff_ffff);
+        self.complete_upto(s, before, out);
+        let Some(m) = s.req.out.iter_mut().find(|m| m.kind == Kind::Read && !m.done && m.holds(psn)) else { return };
+        if psn != m.read_next {
+            if packet::psn_cmp(psn, m.read_next) == std::cmp::Ordering::Greater && m.resumed != Some(m.read_next) {
+                self.resume_read(m);
             }
-        }
-        let Some(m) = s.req.out.front_mut() else { return };
-        if m.kind != Kind::Read || psn != m.read_next {
             return;
         }
         let opc = h.bth.opcode;
-        let restart = opc == op::RC_READ_RESPONSE_FIRST || opc == op::RC_READ_RESPONSE_ONLY;
-        if restart != (psn == m.first) {
+        let starts = opc == op::RC_READ_RESPONSE_FIRST || opc == op::RC_READ_RESPONSE_ONLY;
+        if starts != (psn == m.first || m.resumed == Some(psn)) {
             return;
         }
         if m.read_buf.len() + payload.len() > m.read_len {
@@ -504,10 +537,13 @@ impl RoceLink {
         m.read_buf.extend_from_slice(payload);
         m.read_next = packet::psn_add(psn, 1);
         if opc == op::RC_READ_RESPONSE_LAST || opc == op::RC_READ_RESPONSE_ONLY {
-            let Some(m) = s.req.out.pop_front() else { return };
+            m.done = true;
+        }
+        // Completions in order: a READ done behind an unfinished one waits for it.
+        while s.req.out.front().is_some_and(|m| m.done) {
+            let Some(m) = s.req.out.pop_front() else { break };
             s.req.unacked = s.req.unacked.saturating_sub(m.n);
-            let int_psn = m.int_psn;
-            out.push(Deliver::Response(self.response_frame(Op::ReadResp, int_psn, Syndrome::Ok), m.read_buf));
+            out.push(Deliver::Response(self.response_frame(Op::ReadResp, m.int_psn, Syndrome::Ok), m.read_buf));
         }
     }
 
@@ -642,7 +678,7 @@ impl RoceLink {
         }
         if let Some(imm) = h.imm {
             r.flags |= F_IMM;
-            r.imm = imm;
+            r.imm = super::imm_from_wire(imm);
         }
         if h.bth.se {
             r.flags |= F_SOLICITED;
@@ -807,6 +843,12 @@ impl RoceLink {
         }
         let busy = !s.req.out.is_empty() || s.req.rnr_until.is_some();
         (out, busy)
+    }
+
+    /// Whether the link needs the timer (packets await acknowledgement, or an RNR wait).
+    pub fn busy(&self) -> bool {
+        let s = lock(&self.st);
+        !s.req.out.is_empty() || s.req.rnr_until.is_some() || !s.uc_done.is_empty()
     }
 
     /// Frames from the QP layer: its requester's requests, its responder's responses.
