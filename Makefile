@@ -69,7 +69,7 @@ check-map:
 # make check runs two lanes side by side (tools/timed-make.sh's `//`): much of
 # each suite waits on its own peers, and the lanes keep to their own ports.
 CHECK_TARGETS    := test-rust test-abi test-c test-softverbs // test-soft test-rsocket
-CHECK_VM_TARGETS := test-vm test-vm-siw
+CHECK_VM_TARGETS := test-vm test-vm-siw test-vm-roce
 
 check: all
 	BUILT=1 tools/timed-make.sh $(CHECK_TARGETS)
@@ -105,6 +105,7 @@ test-soft: $(BUILD_DEP)
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 \
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 	bash tests/soft/netns.sh
+	SOFT_WIRE=roce bash tests/soft/run.sh
 	bash tests/soft/local.sh
 	bash tests/soft/faults.sh
 	tests/pyverbs/prepare.sh

@@ -2,12 +2,30 @@
 # Debian's unmodified RDMA programs on the soft fabric, over 127.0.0.1, each
 # pair under a timeout: server in the background, client in the foreground.
 #   tests/soft/run.sh [name ...]    (default: every pair)
+#   SOFT_WIRE=roce tests/soft/run.sh   the same pairs over RoCEv2 (SOFTVERBS_WIRE=roce):
+#       server and client each in a network namespace of its own, joined by a veth pair
+#       (a UDP port binds once per address, so two peers of one namespace cannot both
+#       receive on 4791); needs root
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 L=$PWD/build/bin/rdmacm-soft
-out=build/soft-tests; rm -rf "$out"; mkdir -p "$out"
+out=build/soft-tests${SOFT_WIRE:+-$SOFT_WIRE}; rm -rf "$out"; mkdir -p "$out"
 . tests/soft/lib.sh
 pass=0; fail=0; only=("$@")
+SP=() CP=() NS=
+A=127.0.0.1
+if [ "${SOFT_WIRE:-}" = roce ]; then
+	if [ "$(id -u)" -ne 0 ]; then echo "soft (RoCEv2): needs root (network namespaces)"; echo "soft: 0 passed, 1 failed"; exit 1; fi
+	na=rdmacmrs-ra-$$ nb=rdmacmrs-rb-$$
+	trap 'ip netns del $na 2>/dev/null; ip netns del $nb 2>/dev/null' EXIT
+	ip netns add $na && ip netns add $nb || { echo "soft (RoCEv2): cannot create namespaces"; exit 1; }
+	ip link add ra-$$ netns $na type veth peer name rb-$$ netns $nb
+	ip -n $na addr add 10.66.0.1/24 dev ra-$$; ip -n $na link set ra-$$ up; ip -n $na link set lo up
+	ip -n $nb addr add 10.66.0.2/24 dev rb-$$; ip -n $nb link set rb-$$ up; ip -n $nb link set lo up
+	ip -n $na route add 224.0.0.0/4 dev ra-$$; ip -n $nb route add 224.0.0.0/4 dev rb-$$
+	SP=(ip netns exec $na env SOFTVERBS_WIRE=roce) CP=(ip netns exec $nb env SOFTVERBS_WIRE=roce) NS=$na
+	A=10.66.0.1 B=10.66.0.2
+fi
 
 want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
 
@@ -17,13 +35,13 @@ want() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [
 pair() {
 	local name=$1 exits=$2 port=$3 srv=$4 cli=$5 check=${6:-}
 	want "$name" || return 0
-	timeout 60 stdbuf -oL "$L" $srv > "$out/$name.server.log" 2>&1 &
+	timeout 60 "${SP[@]}" stdbuf -oL "$L" $srv > "$out/$name.server.log" 2>&1 &
 	local spid=$!
 	case $port in
 	out:*) wait_output "$out/$name.server.log" "${port#out:}" || sleep 1 ;;
-	*) wait_port "$port" ;;
+	*) wait_port "$port" $NS ;;
 	esac
-	timeout 60 "$L" $cli > "$out/$name.client.log" 2>&1
+	timeout 60 "${CP[@]}" "$L" $cli > "$out/$name.client.log" 2>&1
 	local crc=$? src=0
 	if [ "$exits" = 1 ]; then
 		wait $spid; src=$?
@@ -41,12 +59,11 @@ pair() {
 	fi
 }
 
-A=127.0.0.1
 pair rping 1 7301 "rping -s -a $A -p 7301 -v -C 100" "rping -c -a $A -p 7301 -v -C 100" "ping data: rdma-ping-99"
 # -q: rping's own QP, moved by rdma_init_qp_attr, connected with rdma_establish
 pair rping-q 1 7313 "rping -s -q -a $A -p 7313 -v -C 10" "rping -c -q -a $A -p 7313 -v -C 10" "ping data: rdma-ping-9"
 pair udaddy 1 7174 "udaddy" "udaddy -s $A" "test complete"
-pair mckey 1 "out:receiving data transfers" "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b $A -s" "test complete"
+pair mckey 1 "out:receiving data transfers" "mckey -m 239.1.1.1 -b $A" "mckey -m 239.1.1.1 -b ${B:-$A} -s" "test complete"
 pair ucmatose 1 7303 "ucmatose -p 7303 -c 10" "ucmatose -s $A -p 7303 -c 10" "test complete"
 pair cmtime 0 7304 "cmtime -b $A -p 7304" "cmtime -s $A -p 7304 -c 100" "connect"
 pair rdma_server 1 7305 "rdma_server -p 7305" "rdma_client -s $A -p 7305" "end 0"
@@ -55,6 +72,16 @@ pair ib_send_lat 1 7307 "ib_send_lat -R -p 7307" "ib_send_lat -R -p 7307 $A" "t_
 pair ib_write_bw 1 7308 "ib_write_bw -R -p 7308" "ib_write_bw -R -p 7308 $A" "BW average"
 pair ib_read_lat 1 7309 "ib_read_lat -R -p 7309" "ib_read_lat -R -p 7309 $A" "t_avg"
 pair ib_send_bw_ud 1 7310 "ib_send_bw -R -c UD -p 7310" "ib_send_bw -R -c UD -p 7310 $A" "BW average"
+
+if [ "${SOFT_WIRE:-}" = roce ]; then
+	# Verbs-only pairs (QP numbers over their own TCP), the wire chosen by softverbs.
+	pair ibv_rc_pingpong 1 18515 "ibv_rc_pingpong -g 0 -s 65536 -n 50" "ibv_rc_pingpong -g 0 -s 65536 -n 50 $A" "iters in"
+	pair ibv_ud_pingpong 1 18515 "ibv_ud_pingpong -g 0 -s 1024 -n 50" "ibv_ud_pingpong -g 0 -s 1024 -n 50 $A" "iters in"
+	pair ib_atomic_lat 1 18515 "ib_atomic_lat -x 0 -n 500" "ib_atomic_lat -x 0 -n 500 $A" "t_avg"
+	echo "soft (RoCEv2): $pass passed, $fail failed"
+	[ $fail -eq 0 ]
+	exit
+fi
 
 # An IPv6 wildcard listener without AFONLY hears IPv4 clients too, as the
 # kernel CM's does (Debian's programs on rxe, tests/vm). That is AFONLY's

@@ -7,10 +7,13 @@
 #
 # First the harness itself (pings, the roce-probe's Python peer against the guest's
 # pingpongs, as its demo.sh does), then the pairs, server on either side.
+# Then what users meet: a connect with no listener, a peer killed mid-run, and loss,
+# reordering and duplicates on the wire (netem on both ends).
 # Env: ROCE_RESULTS (build/vm-results/roce) logs; ROCE_CASE_TIMEOUT (30) seconds per program;
-#      ROCE_CM=1 also the rdma_cm pairs; ROCE_ONLY=REGEX only pairs whose label matches;
-#      ROCE_WIRE (roce) -> SOFTVERBS_WIRE on the host side; ROCE_HOST_ENV "VAR=value ..." more
-#      host-side environment; ROCE_PROBE the roce-probe dir; ROCE_KEEP=1 leaves the guest up.
+#      ROCE_CM=0 skips the rdma_cm pairs; ROCE_ONLY=REGEX only pairs whose label matches;
+#      ROCE_WIRE -> SOFTVERBS_WIRE on the host side (unset: softverbs chooses, as users get it);
+#      ROCE_HOST_ENV "VAR=value ..." more host-side environment; ROCE_PROBE the roce-probe
+#      dir; ROCE_KEEP=1 leaves the guest up.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -27,6 +30,9 @@ HOST_IP=10.77.0.1 GUEST_IP=10.77.0.2
 source "$HERE/lib.sh"   # wait_port PORT NETNS
 
 mkdir -p "$RES" "$ROCE_WORK"
+# One run per namespace: a second would take the first one's guest down.
+exec 9>"$ROCE_WORK.lock"
+flock -n 9 || { echo "roce-interop: another run holds $ROCE_WORK.lock"; echo "0 passed, 1 failed"; exit 1; }
 exec > >(tee "$RES/suite.log") 2>&1
 [ "$(id -u)" = 0 ] || { echo "roce-interop: needs root (netns, tap)"; exit 1; }
 [ -x "$SOFT" ] || { echo "roce-interop: $SOFT missing (make all)"; exit 1; }
@@ -42,7 +48,7 @@ trap cleanup EXIT
 "$NET" up || { echo "FAIL harness: roce-net.sh up"; echo "0 passed, 1 failed"; exit 1; }
 
 # the host side: Debian's program on softverbs, inside the namespace
-HOST_ENV=(env "SOFTVERBS_WIRE=${ROCE_WIRE:-roce}" ${ROCE_HOST_ENV:-})
+HOST_ENV=(env ${ROCE_WIRE:+SOFTVERBS_WIRE=$ROCE_WIRE} ${ROCE_HOST_ENV:-})
 # stdbuf: a program killed by its timeout still leaves what it printed
 host_run() { timeout -k 5 "$T" ip netns exec "$NS" "${HOST_ENV[@]}" "$SOFT" stdbuf -oL "$@"; }
 
@@ -89,7 +95,7 @@ await_pid() {
 
 # pair LABEL SERVER_SIDE PORT CM_PROG "GUEST_CMD" "HOST_CMD": the SERVER_SIDE (guest|host)
 # starts first and is awaited (guest: a LISTEN cm_id of CM_PROG, or TCP PORT bound when
-# CM_PROG is "-"; host: PORT bound in the namespace), then the client runs. When one side
+# CM_PROG is "-"; host: PORT bound in the namespace; PORT 0: 2 s), then the client runs. When one side
 # fails, the other gets 5 s more, not the whole timeout: a failing pair costs little.
 pair() {
   local label=$1 side=$2 port=$3 cm=$4 gcmd=$5 hcmd=$6 id hlog glog p0 c0 hrc grc hpid try
@@ -101,7 +107,8 @@ pair() {
     echo "[$label] guest: $gcmd" >"$glog"; echo "[$label] host: $hcmd" >"$hlog"
     if [ "$side" = guest ]; then
       "$NET" guest-bg "stdbuf -oL $gcmd" "$id" "$T" >/dev/null
-      if [ "$cm" = - ]; then GWAIT=15 "$NET" guest "source $HERE/lib.sh; wait_port $port" >/dev/null
+      if [ "$port" = 0 ]; then sleep 2   # nothing to wait for (a multicast receiver joins)
+      elif [ "$cm" = - ]; then GWAIT=15 "$NET" guest "source $HERE/lib.sh; wait_port $port" >/dev/null
       else GWAIT=15 "$NET" guest "source $HERE/lib.sh; wait_listen $cm" >/dev/null; fi \
         || echo "[$label] the guest's server did not listen in 10 s" >>"$hlog"
       # shellcheck disable=SC2086
@@ -111,7 +118,8 @@ pair() {
       # shellcheck disable=SC2086
       host_run $hcmd >>"$hlog" 2>&1 &
       hpid=$!
-      wait_port "$port" "$NS" || echo "[$label] the host's server did not bind port $port in 10 s" >>"$hlog"
+      if [ "$port" = 0 ]; then sleep 2
+      else wait_port "$port" "$NS" || echo "[$label] the host's server did not bind port $port in 10 s" >>"$hlog"; fi
       "$NET" guest-bg "stdbuf -oL $gcmd" "$id" "$T" >/dev/null
       "$NET" wait-bg "$id" $((T + 10)); grc=$?
       await_pid "$hpid" $([ $grc = 0 ] && echo $((T + 5)) || echo 5); hrc=$?
@@ -130,7 +138,7 @@ pair() {
 "$NET" guest "busybox ping -c 1 -W 5 $HOST_IP" >/dev/null; res $? "harness: guest -> host ping"
 echo "--- guest rxe0 (Debian's libibverbs, kernel rxe):"
 ginfo=$("$NET" guest 'ibv_devinfo -v -d rxe0'); echo "$ginfo" | grep -E 'GID|active_mtu|state:' | sed 's/^\s*/  /'
-echo "--- host softverbs in $NS (SOFTVERBS_WIRE=${ROCE_WIRE:-roce} ${ROCE_HOST_ENV:-}):"
+echo "--- host softverbs in $NS (SOFTVERBS_WIRE=${ROCE_WIRE:-} ${ROCE_HOST_ENV:-}):"
 hinfo=$(host_run ibv_devinfo -v 2>&1); echo "$hinfo" | grep -E 'hca_id|GID|active_mtu|state:' | sed 's/^\s*/  /'
 # the index of each side's IPv4 RoCEv2 GID (::ffff:a.b.c.d)
 gid_index() { grep -F "::ffff:$1, RoCE v2" | sed -n 's/.*GID\[ *\([0-9]*\)\].*/\1/p' | head -1; }
@@ -179,23 +187,88 @@ case_read_lat()        { verbs_pair ib_read_lat -x "-n 100"; }
 # cm_pair LABEL PORT "SERVER_CMD" "CLIENT_CMD": rdma_cm on both sides; @S is the server's address
 cm_pair() {
   local label=$1 port=$2 s=$3 c=$4 prog=${3%% *}
-  if [ "${ROCE_CM:-0}" != 1 ]; then
-    want "$label" && { echo "SKIP $label (rdma_cm over RoCEv2: ROCE_CM=1)"; skip=$((skip+2)); }
+  if [ "${ROCE_CM:-1}" != 1 ]; then
+    want "$label" && { echo "SKIP $label (ROCE_CM=0)"; skip=$((skip+2)); }
     return 0
   fi
-  pair "$label: guest server" guest "$port" "$prog" "${s//@S/$GUEST_IP}" "${c//@S/$GUEST_IP}"
-  pair "$label: host server" host "$port" - "${c//@S/$HOST_IP}" "${s//@S/$HOST_IP}"
+  local gs=${s//@S/$GUEST_IP} hc=${c//@S/$GUEST_IP} gc=${c//@S/$HOST_IP} hs=${s//@S/$HOST_IP}
+  pair "$label: guest server" guest "$port" "$prog" "$gs" "${hc//@C/$HOST_IP}"
+  pair "$label: host server" host "$port" - "${gc//@C/$GUEST_IP}" "$hs"
 }
-case_rping()     { cm_pair "rping -v -C 10" 7174 "rping -s -a @S -v -C 10" "rping -c -a @S -v -C 10"; }
+case_rping()     { cm_pair "rping -v -V -C 100" 7174 "rping -s -a @S -v -V -C 100" "rping -c -a @S -v -V -C 100"; }
 case_udaddy()    { cm_pair "udaddy" 7174 "udaddy" "udaddy -s @S"; }
 case_ucmatose()  { cm_pair "ucmatose -c 10" 7471 "ucmatose -c 10" "ucmatose -s @S -c 10"; }
+case_mckey()     { cm_pair "mckey" 0 "mckey -m 239.1.2.3 -b @S" "mckey -m 239.1.2.3 -s -b @C"; }
 case_rdma_server() { cm_pair "rdma_server/rdma_client" 7471 "rdma_server" "rdma_client -s @S"; }
 case_send_lat_R() { cm_pair "ib_send_lat -R -n 100" 18515 "ib_send_lat -R -n 100" "ib_send_lat -R -n 100 @S"; }
+case_read_lat_R() { cm_pair "ib_read_lat -R -n 100" 18515 "ib_read_lat -R -n 100" "ib_read_lat -R -n 100 @S"; }
+case_write_bw_R() { cm_pair "ib_write_bw -R -n 200 -s 65536" 18515 "ib_write_bw -R -n 200 -s 65536" "ib_write_bw -R -n 200 -s 65536 @S"; }
+case_send_bw_UD() { cm_pair "ib_send_bw -R -c UD -n 200" 18515 "ib_send_bw -R -c UD -n 200" "ib_send_bw -R -c UD -n 200 @S"; }
+case_rstream()   { cm_pair "rstream -C 100 -S 4096" 7471 "rstream -C 100 -S 4096" "rstream -s @S -C 100 -S 4096"; }
+
+# A connect with no listener: REJECTED with the kernel CM's status (8, invalid service id).
+# Towards the host, some soft-fabric process must run there (a listener on another port):
+# with none, nothing holds UDP 4791 and nobody answers (there is no daemon).
+case_no_listener() {
+  local label="connect with no listener: REJECTED status 8" glog=$RES/no-listener.guest.log hlog=$RES/no-listener.host.log hpid
+  want "$label" || return 0
+  host_run rping -c -a $GUEST_IP -p 7999 -C 1 >"$hlog" 2>&1
+  host_run rping -s -a $HOST_IP -p 7998 -C 1 >"$hlog.other" 2>&1 &
+  hpid=$!
+  wait_port 7998 "$NS"
+  "$NET" guest "timeout $T rping -c -a $HOST_IP -p 7999 -C 1" >"$glog" 2>&1
+  kill "$hpid" 2>/dev/null; wait "$hpid" 2>/dev/null
+  grep -q "REJECTED, error 8" "$hlog" && grep -q "REJECTED, error 8" "$glog"
+  res $? "$label (host client, guest client)" "$hlog" "$glog" 0 ""
+}
+
+# A peer killed mid-run: the guest's rping killed with SIGKILL; its kernel's CM says
+# goodbye (DREQ) and ours reports DISCONNECTED within seconds.
+case_killed_peer() {
+  local label="peer killed mid-run: host notices" hlog=$RES/killed.host.log hpid t0 rc
+  want "$label" || return 0
+  "$NET" guest-bg "rping -s -a $GUEST_IP -C 1000000" killed "$T" >/dev/null
+  GWAIT=15 "$NET" guest "source $HERE/lib.sh; wait_listen rping" >/dev/null
+  host_run rping -c -a $GUEST_IP -C 1000000 -d >"$hlog" 2>&1 &
+  hpid=$!
+  sleep 3
+  "$NET" guest "pkill -KILL -x rping" >/dev/null
+  t0=$SECONDS
+  await_pid "$hpid" 15; rc=$?
+  echo "host rping exit $rc, $((SECONDS - t0)) s after the kill" >>"$hlog"
+  "$NET" wait-bg killed 5 >/dev/null
+  grep -q "DISCONNECT EVENT" "$hlog" && [ $rc != 124 ]
+  res $? "$label (host exit $rc after $((SECONDS - t0)) s)" "$hlog" "$RUN/bg-killed.log" 0 ""
+}
 
 for c in ud_pingpong rc_pingpong rc_pingpong_big send_lat write_bw read_lat \
-         rping udaddy ucmatose rdma_server send_lat_R; do
+         rping udaddy ucmatose mckey rdma_server send_lat_R read_lat_R write_bw_R send_bw_UD rstream \
+         no_listener killed_peer; do
   "case_$c"
 done
+
+# Loss, reordering and duplicates both ways, all applied in the guest (the host's kernel
+# may lack sch_netem): netem on eth0 for guest->host, and on an ifb device that eth0's
+# ingress is redirected to for host->guest. Data still arrives whole and in order.
+if want "netem"; then
+  NETEM="loss 2% duplicate 1% delay 1ms reorder 1% 50%"
+  "$NET" guest "modprobe -a sch_netem ifb act_mirred cls_matchall sch_ingress 2>/dev/null
+    tc qdisc add dev eth0 root netem $NETEM &&
+    ip link add ifb0 type ifb && ip link set ifb0 up &&
+    tc qdisc add dev eth0 ingress &&
+    tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0 &&
+    tc qdisc add dev ifb0 root netem $NETEM" >"$RES/netem.log" 2>&1 && netem=1 || netem=0
+  if [ $netem = 1 ]; then
+    T=$((T * 2))
+    pair "netem rping -v -V -C 100: guest server" guest 7174 rping "rping -s -a $GUEST_IP -v -V -C 100" "rping -c -a $GUEST_IP -v -V -C 100"
+    pair "netem rping -v -V -C 100: host server" host 7174 - "rping -c -a $HOST_IP -v -V -C 100" "rping -s -a $HOST_IP -v -V -C 100"
+    verbs_pair ib_write_bw -x "-n 200 -s 65536"
+    T=$((T / 2))
+    "$NET" guest "tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; ip link del ifb0" >/dev/null 2>&1
+  else
+    echo "FAIL netem: could not add the qdiscs in the guest:"; sed 's/^/  | /' "$RES/netem.log"; fail=$((fail+1))
+  fi
+fi
 
 kill "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=
 [ "${ROCE_KEEP:-0}" = 1 ] || "$NET" down   # here, so that the summary is the last line
