@@ -64,6 +64,8 @@ pub struct RoceConn {
     refused: u32,
     /// SIDR: the service ID requested.
     service_id: u64,
+    /// We answered the peer's REQ (a REJ from us then refuses a REQ, else a REP).
+    passive: bool,
 }
 
 #[derive(Default)]
@@ -294,7 +296,7 @@ pub fn connect(s: &Arc<SoftId>, m: &Msg, src: SocketAddr, dst: SocketAddr) -> Re
         if st.dead || st.phase.get() != Phase::ReqSent {
             return Ok(());
         }
-        st.roce = Some(RoceConn { local, remote, local_comm_id: comm, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id: 0 });
+        st.roce = Some(RoceConn { local, remote, local_comm_id: comm, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id: 0, passive: false });
     }
     lock(registry()).ids.insert(comm, Arc::downgrade(s));
     transmit(s, tid, CmMsg::Req(req))
@@ -330,7 +332,7 @@ pub fn send(s: &Arc<SoftId>, m: &Msg) -> Result<()> {
         Kind::Rej => {
             let mut private = [0u8; REJ_DATA];
             private[..m.private.len().min(REJ_DATA)].copy_from_slice(&m.private[..m.private.len().min(REJ_DATA)]);
-            let msg_rejected = if s.phase() == Phase::Disconnected && rcid != 0 { mad::msg_kind::REQ } else { mad::msg_kind::REP };
+            let msg_rejected = if rc.passive { mad::msg_kind::REQ } else { mad::msg_kind::REP };
             let rej = mad::Rej { local_comm_id: lc, remote_comm_id: rcid, msg_rejected, reason: m.status as u16, private_data: private, ..mad::Rej::default() };
             transmit(s, rc.tid, CmMsg::Rej(rej))
         }
@@ -486,7 +488,7 @@ pub fn sidr_connect(s: &Arc<SoftId>, private: &[u8], src: SocketAddr, dst: Socke
         let mut st = s.st();
         st.phase.step(|p| p == Phase::RouteResolved, Phase::ReqSent).map_err(|_| Errno::EINVAL)?;
         st.peer.tid = tid;
-        st.roce = Some(RoceConn { local, remote, local_comm_id: rid, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id });
+        st.roce = Some(RoceConn { local, remote, local_comm_id: rid, remote_comm_id: 0, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id, passive: false });
     }
     lock(registry()).ids.insert(rid, Arc::downgrade(s));
     transmit(s, tid, CmMsg::SidrReq(mad::SidrReq { request_id: rid, pkey: 0xffff, service_id, private_data }))
@@ -535,7 +537,7 @@ fn on_sidr_req(from: Ipv4Addr, to: Ipv4Addr, tid: u64, req: &mad::SidrReq) {
     let local = SocketAddr::new(IpAddr::V4(to), port);
     let remote = SocketAddr::new(IpAddr::V4(from), hdr.port);
     let comm = fresh_comm_id();
-    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.request_id, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id: req.service_id };
+    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.request_id, tid, dreq_tid: 0, remote_qpn: 0, gen: 0, sent: None, refused: 0, service_id: req.service_id, passive: true };
     let child = super::sidr::sidr_request(&l, &m, Some(local), Some(remote), |child, st| {
         st.roce = Some(rc.clone());
         let mut r = lock(registry());
@@ -626,7 +628,7 @@ fn on_req(from: Ipv4Addr, to: Ipv4Addr, tid: u64, req: &mad::Req) {
     let local = SocketAddr::new(IpAddr::V4(to), port);
     let remote = SocketAddr::new(IpAddr::V4(from), hdr.port);
     let comm = fresh_comm_id();
-    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.local_comm_id, tid, dreq_tid: 0, remote_qpn: req.local_qpn, gen: 0, sent: None, refused: 0, service_id: 0 };
+    let rc = RoceConn { local: to, remote: from, local_comm_id: comm, remote_comm_id: req.local_comm_id, tid, dreq_tid: 0, remote_qpn: req.local_qpn, gen: 0, sent: None, refused: 0, service_id: 0, passive: true };
     let made = conn::request_id(&l, &m, Some(local), Some(remote), |child, st| {
         st.roce = Some(rc.clone());
         let mut r = lock(registry());
