@@ -13,7 +13,7 @@
 #   make profile-vm                per cmtime step, instructions run and first run (callgrind; not in make test)
 #   make profile-vm-first          the first CM event's calls timed, Debian's vs ours (not in make test)
 #   make test-vm-roce              RoCEv2 on the wire: softverbs on the host against rxe in a live guest
-#                                  on a tap in a private netns (roce-net.sh; root; not in make test yet)
+#                                  on a tap in a private netns (roce-net.sh; root; part of make check-vm)
 
 VM_DIR            := tests/vm
 VM_RUN            := $(VM_DIR)/run-in-guest.sh
@@ -74,7 +74,7 @@ vm-shell:
 	$(VM_RUN) '$(CMD)'
 
 # Debian's programs on the guest's rxe0 against the same programs on softverbs on the host,
-# over a tap in the namespace roce-net.sh makes (boots its own guest; not in check-vm yet).
+# over a tap in the namespace roce-net.sh makes (boots its own guest).
 .PHONY: test-vm-roce
 test-vm-roce: $(BUILD_DEP)
 	@rm -rf $(VM_RESULTS)/roce; mkdir -p $(VM_RESULTS)/roce
