@@ -60,6 +60,11 @@ pub struct softverbs_cm_ops {
     /// Sends a 256-byte MAD from QP1 at `from` to QP1 at `to`; ENETUNREACH when `from`
     /// has no RoCEv2 endpoint.
     pub mad_send: Option<unsafe extern "C" fn(ctx: *mut ibv_context, from: *const sockaddr, to: *const sockaddr, len: socklen_t, mad: *const u8) -> c_int>,
+    /// The CM listens (`listen` 1) or no longer listens (0) on IB service `service_id`:
+    /// REQs for it that reach another soft-fabric process owning UDP 4791 here are
+    /// handed to this one. Comm IDs this CM chooses carry the context port in their high
+    /// 16 bits, for the same reason.
+    pub roce_service: Option<unsafe extern "C" fn(ctx: *mut ibv_context, service_id: u64, listen: c_int) -> c_int>,
 }
 
 /// Current `softverbs_cm_ops.version`.
@@ -73,7 +78,7 @@ pub type softverbs_cm_ops_fn = unsafe extern "C" fn() -> *const softverbs_cm_ops
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<softverbs_cm_ops>() == 64);
+    assert!(size_of::<softverbs_cm_ops>() == 72);
     assert!(align_of::<softverbs_cm_ops>() == 8);
     assert!(offset_of!(softverbs_cm_ops, size) == 0);
     assert!(offset_of!(softverbs_cm_ops, version) == 4);
@@ -84,4 +89,5 @@ const _: () = {
     assert!(offset_of!(softverbs_cm_ops, mad_fd) == 40);
     assert!(offset_of!(softverbs_cm_ops, mad_recv) == 48);
     assert!(offset_of!(softverbs_cm_ops, mad_send) == 56);
+    assert!(offset_of!(softverbs_cm_ops, roce_service) == 64);
 };

@@ -54,6 +54,10 @@ struct softverbs_cm_ops {
 			struct sockaddr_storage *from, struct sockaddr_storage *to);
 	int (*mad_send)(struct ibv_context *ctx, const struct sockaddr *from,
 			const struct sockaddr *to, socklen_t len, const uint8_t *mad);
+	/* The CM listens (listen 1) or stops (0) on IB service `service_id`: another
+	 * soft-fabric process owning UDP 4791 here hands this one the REQs for it. The
+	 * CM's comm IDs carry the context port in their high 16 bits likewise. */
+	int (*roce_service)(struct ibv_context *ctx, uint64_t service_id, int listen);
 };
 
 /* Exported as softverbs_cm_ops@@SOFTVERBS_1.0. Never NULL. */

@@ -767,6 +767,9 @@ pub fn teardown(s: &Arc<SoftId>) {
         st.dead = true;
         st.phase.step(|_| true, Phase::Disconnected).unwrap_or_else(|p| p)
     };
+    if phase == Phase::Listening {
+        super::ibcm::listening(s, false);
+    }
     match phase {
         p if p.is_connected() => {
             let _ = send(s, &Msg::new(Kind::Dreq));

@@ -58,9 +58,9 @@ pub fn ctx_endpoint() -> Option<
     }
 }
 
-/// The RoCEv2 members (`roce_mode`, `mad_fd`, `mad_recv`, `mad_send`), when this softverbs
-/// offers them.
+/// The RoCEv2 members (`roce_mode`, `mad_fd`, `mad_recv`, `mad_send`, `roce_service`),
+/// when this softverbs offers them.
 pub fn roce() -> Option<&'static SoftverbsCmOps> {
     let o = table()?;
-    (o.1 >= std::mem::offset_of!(softverbs_cm_ops, mad_send) + 8).then_some(o.0)
+    (o.1 >= std::mem::offset_of!(softverbs_cm_ops, roce_service) + 8).then_some(o.0)
 }

@@ -7,7 +7,7 @@
 //! adds what a datagram wire needs: comm IDs to match messages to ids, transaction IDs,
 //! retransmission of REQ, REP and DREQ until answered, and answers to duplicates (a
 //! duplicate REP gets the RTU again, a DREQ for a connection we no longer have gets a DREP,
-//! a duplicate REQ gets the REP again once sent).
+//! a duplicate REQ is dropped: our REP is being resent until the RTU comes).
 //!
 //! When: an active id uses it when its destination is an IPv4 address of another host
 //! and its TCP connect is refused (no soft-fabric listener there) while the context has a
@@ -86,13 +86,40 @@ fn ca_guid() -> u64 {
     *G.get_or_init(|| (super::random_u32() as u64) << 32 | super::random_u32() as u64 | 0x0200_0000_0000_0000)
 }
 
+/// A comm ID of ours: the context's port in the high 16 bits, so that another soft-fabric
+/// process owning UDP 4791 here knows to hand us the answers (softverbs' roce/share.rs).
 fn fresh_comm_id() -> u32 {
+    let port = context_port();
     loop {
-        let c = super::random_u32();
+        let c = if port != 0 { (port as u32) << 16 | (super::random_u32() & 0xffff) } else { super::random_u32() };
         if c != 0 && !lock(registry()).ids.contains_key(&c) {
             return c;
         }
     }
+}
+
+/// The device context's port (its soft-fabric endpoint), 0 if unknown.
+fn context_port() -> u16 {
+    static P: OnceLock<u16> = OnceLock::new();
+    *P.get_or_init(|| {
+        let (Some(f), Ok(c)) = (super::hook::ctx_endpoint(), ctx()) else { return 0 };
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        // SAFETY: the soft device's context; ss is live for the call.
+        if unsafe { f(c, std::ptr::null(), &mut ss) } != 0 {
+            return 0;
+        }
+        // SAFETY: ss holds a sockaddr_in or sockaddr_in6; both keep the port at offset 2.
+        u16::from_be(unsafe { (*(&ss as *const libc::sockaddr_storage as *const libc::sockaddr_in)).sin_port })
+    })
+}
+
+/// A listener starts (or stops) taking REQs for its service ID over RoCEv2.
+pub fn listening(s: &SoftId, on: bool) {
+    let Some(port) = s.st().src.map(|a| a.port()) else { return };
+    let (Some(f), Ok(c)) = (super::hook::roce().and_then(|o| o.roce_service), ctx()) else { return };
+    // SAFETY: the soft device's context.
+    unsafe { f(c, cma::service_id(s.ps() as u16, port), on as i32) };
 }
 
 fn ctx() -> Result<*mut ibv_context> {
@@ -549,8 +576,11 @@ fn on_sidr_req(from: Ipv4Addr, to: Ipv4Addr, tid: u64, req: &mad::SidrReq) {
     }
 }
 
-/// How many times a REQ refused for want of a listener is sent again, 10 ms apart.
-const REFUSED_RETRIES: u32 = 20;
+/// How many times a REQ refused for want of a listener is sent again, 40 ms apart: for
+/// about a second, since a kernel listener under load shows in `rdma resource` a moment
+/// before its CM takes REQs.
+const REFUSED_RETRIES: u32 = 25;
+const REFUSED_GAP: Duration = Duration::from_millis(40);
 
 /// A REQ refused because nobody listens (REJ 8) is tried again for a moment before the
 /// refusal counts: programs that tear a listener down and listen again on the same port
@@ -574,7 +604,7 @@ fn refused_retry(s: &Arc<SoftId>, rej: &mad::Rej) -> bool {
         (r.clone(), r.gen)
     };
     let w = Arc::downgrade(s);
-    engine::get().after(Duration::from_millis(10), move || {
+    engine::get().after(REFUSED_GAP, move || {
         let Some(s) = w.upgrade() else { return };
         let still = s.st().roce.as_ref().is_some_and(|r| r.gen == gen) && s.phase() == Phase::ReqSent;
         if let (true, Some(bytes)) = (still, rc.sent.as_deref()) {

@@ -443,6 +443,8 @@ impl Backend for Soft {
         ibcm::start();
         // The check above, in the same hold: cannot fail.
         st.phase.step(|p| p == Phase::Bound, Phase::Listening).map_err(|_| Errno::EINVAL)?;
+        drop(st);
+        ibcm::listening(&s, true);
         Ok(())
     }
 

@@ -222,6 +222,21 @@ case_no_listener() {
   res $? "$label (host client, guest client)" "$hlog" "$glog" 0 ""
 }
 
+# Two soft-fabric servers on the host at once: one process owns UDP 4791 and hands the
+# other its packets (softverbs roce/share.rs); the guest's two clients run together.
+case_two_servers() {
+  local label="two host servers reached at once" hlog=$RES/two-servers.host.log glog=$RES/two-servers.guest.log h1 h2 rc
+  want "$label" || return 0
+  host_run rping -s -a $HOST_IP -p 7201 -v -C 20 >"$hlog.1" 2>&1 & h1=$!
+  host_run rping -s -a $HOST_IP -p 7202 -v -C 20 >"$hlog.2" 2>&1 & h2=$!
+  wait_port 7201 "$NS"; wait_port 7202 "$NS"
+  "$NET" guest "timeout $T rping -c -a $HOST_IP -p 7201 -v -C 20 >/tmp/two1.log 2>&1 & timeout $T rping -c -a $HOST_IP -p 7202 -v -C 20 >/tmp/two2.log 2>&1 & wait; cat /tmp/two1.log /tmp/two2.log" >"$glog" 2>&1
+  await_pid $h1 10; rc=$?; await_pid $h2 10; rc=$((rc || $?))
+  cat "$hlog.1" "$hlog.2" >"$hlog"
+  [ $rc = 0 ] && [ "$(grep -c 'rdma-ping-19' "$glog")" = 2 ]
+  res $? "$label (host exit $rc)" "$hlog" "$glog" 0 ""
+}
+
 # A peer killed mid-run: the guest's rping killed with SIGKILL; its kernel's CM says
 # goodbye (DREQ) and ours reports DISCONNECTED within seconds.
 case_killed_peer() {
@@ -243,7 +258,7 @@ case_killed_peer() {
 
 for c in ud_pingpong rc_pingpong rc_pingpong_big send_lat write_bw read_lat \
          rping udaddy ucmatose mckey rdma_server send_lat_R read_lat_R write_bw_R send_bw_UD rstream \
-         no_listener killed_peer; do
+         no_listener two_servers killed_peer; do
   "case_$c"
 done
 

@@ -217,7 +217,8 @@ pub fn port_attr(ctx: &Context) -> ibv_port_attr {
     let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
     a.state = IBV_PORT_ACTIVE;
     a.max_mtu = IBV_MTU_4096;
-    a.active_mtu = IBV_MTU_4096;
+    // A RoCEv2 endpoint's links decide (see `roce::endpoint::Endpoint::mtu`).
+    a.active_mtu = ctx.net().and_then(|n| n.roce()).map_or(IBV_MTU_4096, |r| r.mtu);
     a.gid_tbl_len = ctx.gids.len() as c_int;
     a.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
     a.max_msg_sz = MAX_MSG;

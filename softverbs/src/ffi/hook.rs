@@ -153,6 +153,14 @@ op! {
     }
 }
 
+op! {
+    errno fn roce_service(context: *mut ibv_context, service_id: u64, listen: c_int) -> c_int {
+        let ctx = handles::ctx(context)?;
+        crate::roce::share::listen(service_id, ctx.port(), listen != 0);
+        Ok(0)
+    }
+}
+
 static OPS: softverbs_cm_ops = softverbs_cm_ops {
     size: std::mem::size_of::<softverbs_cm_ops>() as u32,
     version: SOFTVERBS_CM_OPS_VERSION,
@@ -163,6 +171,7 @@ static OPS: softverbs_cm_ops = softverbs_cm_ops {
     mad_fd: Some(mad_fd),
     mad_recv: Some(mad_recv),
     mad_send: Some(mad_send),
+    roce_service: Some(roce_service),
 };
 
 export! {

@@ -49,9 +49,11 @@ const T_LISTEN: u64 = 2;
 const T_UDP: u64 = 3;
 const T_LISTEN_LOCAL: u64 = 4;
 const T_ROCE_TIMER: u64 = 5;
-/// RoCEv2 sockets (one per IPv4 address): tokens `T_ROCE_SOCK..T_FIRST_CONN`.
+/// RoCEv2 sockets (one per IPv4 address): tokens `T_ROCE_SOCK..T_ROCE_GROUPS`.
 const T_ROCE_SOCK: u64 = 6;
-const T_FIRST_CONN: u64 = 16;
+/// The epoll set of the RoCEv2 endpoint's multicast group sockets (`roce::mcast`).
+const T_ROCE_GROUPS: u64 = 16;
+const T_FIRST_CONN: u64 = 17;
 /// Progress passes per millisecond that mean "an application is busy-polling".
 const PARK_POLLS: u64 = 8;
 
@@ -152,12 +154,14 @@ impl Engine {
         epoll_add(ep, listener.as_raw_fd(), libc::EPOLLIN as u32, T_LISTEN)?;
         epoll_add(ep, udp.as_raw_fd(), libc::EPOLLIN as u32, T_UDP)?;
         let local_listener = local::listen(port).and_then(|l| epoll_add(ep, l.as_raw_fd(), libc::EPOLLIN as u32, T_LISTEN_LOCAL).ok().map(|_| l));
-        let roce = crate::roce::endpoint::Endpoint::open(ctx);
+        let roce = crate::roce::endpoint::Endpoint::open(ctx, port);
         if let Some(r) = &roce {
             epoll_add(ep, r.timer.as_raw_fd(), libc::EPOLLIN as u32, T_ROCE_TIMER)?;
-            for (i, (_, fd)) in r.socks.iter().enumerate().take((T_FIRST_CONN - T_ROCE_SOCK) as usize) {
+            for (i, (_, fd)) in r.socks.iter().enumerate().take((T_ROCE_GROUPS - T_ROCE_SOCK) as usize) {
                 epoll_add(ep, fd.as_raw_fd(), libc::EPOLLIN as u32, T_ROCE_SOCK + i as u64)?;
             }
+            epoll_add(ep, r.mcast.epfd.as_raw_fd(), libc::EPOLLIN as u32, T_ROCE_GROUPS)?;
+            r.attach_epoll(epfd.clone(), T_ROCE_SOCK);
         }
         let eng = Arc::new(Engine {
             port,
@@ -343,9 +347,14 @@ impl Engine {
                         any = true;
                     }
                 }
-                t if (T_ROCE_SOCK..T_FIRST_CONN).contains(&t) => {
+                t if (T_ROCE_SOCK..T_ROCE_GROUPS).contains(&t) => {
                     if let Some(r) = &self.roce {
                         any |= r.on_readable((t - T_ROCE_SOCK) as usize, engine);
+                    }
+                }
+                T_ROCE_GROUPS => {
+                    if let Some(r) = &self.roce {
+                        any |= r.mcast.on_readable(engine, &r.dropped);
                     }
                 }
                 t => {
@@ -394,10 +403,20 @@ impl Engine {
             }
             any = true;
             let data = &buf[..n as usize];
+            // SAFETY: recvfrom filled flen bytes of from.
+            let src = unsafe { from_raw(&from as *const _ as *const libc::sockaddr, flen) };
+            if data.starts_with(&crate::roce::share::FWD_MAGIC) {
+                // RoCEv2 handed on by the process owning UDP 4791 here (roce/share.rs).
+                match (&self.roce, src) {
+                    (Some(r), Some(a)) if a.ip().is_loopback() => r.on_forward(data),
+                    _ => {
+                        self.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                continue;
+            }
             match decode(data) {
                 Ok((h, total)) if total == data.len() && h.op == Op::UdSend => {
-                    // SAFETY: recvfrom filled flen bytes of from.
-                    let src = unsafe { from_raw(&from as *const _ as *const libc::sockaddr, flen) };
                     ud::on_datagram(ctx, &h, &data[HDR_LEN..total], src);
                 }
                 _ => {

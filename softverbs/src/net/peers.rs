@@ -184,3 +184,52 @@ pub fn resolve(table: Option<SocketAddr>, dgid: &[u8; 16], qpn: u32, is_global: 
     };
     Some(crate::net::addr::with_port(ip, port, 0))
 }
+
+/// The network namespace of process `pid` ("net:[inode]"), or of the calling thread.
+pub fn netns_of(pid: Option<u32>) -> String {
+    let p = match pid {
+        Some(p) => format!("/proc/{p}/ns/net"),
+        None => "/proc/thread-self/ns/net".to_string(),
+    };
+    fs::read_link(p).map(|l| l.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn ns_key() -> String {
+    netns_of(None).chars().filter(|c| c.is_ascii_digit()).collect()
+}
+
+/// RoCEv2: this process owns UDP 4791 on `ip` in its network namespace (it bound it) and
+/// forwards what arrives there for the QPs of the user's other processes (`roce_owner`).
+pub fn roce_claim_owner(ip: Ipv4Addr, port: u16) -> Option<RegFile> {
+    let path = dir()?.join(format!("roce-{}-{ip}", ns_key()));
+    // The caller just bound the port, so whoever wrote a file here no longer holds it.
+    let _ = fs::remove_file(&path);
+    claim(path, port)
+}
+
+/// The context port of the process that owns UDP 4791 on `ip` here, if it is one of the
+/// user's soft-fabric processes (and not, say, the kernel's rdma_rxe).
+pub fn roce_owner(ip: Ipv4Addr) -> Option<u16> {
+    same_ns_port(dir()?.join(format!("roce-{}-{ip}", ns_key())))
+}
+
+/// A CM service (an IB service ID) this process listens on, so that the owner of 4791
+/// hands it the REQs for it.
+pub fn roce_claim_service(sid: u64, port: u16) -> Option<RegFile> {
+    claim(dir()?.join(format!("svc-{}-{sid:016x}", ns_key())), port)
+}
+
+/// The context port of the live process of this user and network namespace that
+/// listens on service `sid`, or owns `qpn` (for forwarding).
+pub fn roce_service_port(sid: u64) -> Option<u16> {
+    same_ns_port(dir()?.join(format!("svc-{}-{sid:016x}", ns_key())))
+}
+
+pub fn roce_qpn_port(qpn: u32) -> Option<u16> {
+    same_ns_port(dir()?.join(format!("qpn-{qpn:06x}")))
+}
+
+fn same_ns_port(path: PathBuf) -> Option<u16> {
+    let (port, p) = parse(&fs::read_to_string(path).ok()?)?;
+    (alive(p) && netns_of(Some(p)) == netns_of(None)).then_some(port)
+}

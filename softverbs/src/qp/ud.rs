@@ -1,7 +1,8 @@
 //! UD: datagrams with a 40-byte GRH written in front of the payload at the receiver,
 //! Q_Key checks, source learning (so `ibv_create_ah_from_wc` replies work without the CM),
-//! and host-local multicast (members listed in the registry; a send to QPN 0xFFFFFF fans
-//! out to each of them).
+//! and multicast: host-local members are listed in the registry and a send to QPN 0xFFFFFF
+//! fans out to each of them; with a RoCEv2 endpoint, groups `::ffff:G` also go over the
+//! wire to `G:4791` and come back from it (`roce::mcast`).
 
 use super::requester::{check_wr, inline_bytes, sges_of};
 use super::Qp;
@@ -113,6 +114,14 @@ fn transmit(qp: &Qp, mut h: Header, payload: &[u8], is_global: bool) {
     let Some(net) = qp.ctx.net() else { return };
     if h.dst_qpn == MCAST_QPN && is_mcast_gid(&h.dgid) {
         h.flags |= F_MCAST;
+        if let Some(r) = net.roce() {
+            // The wire copy (other hosts and namespaces); this namespace's members get
+            // theirs below (the socket does not loop multicast back).
+            let src = crate::roce::v4_of_gid(&h.sgid).filter(|a| !a.is_loopback() && r.has(*a));
+            if let (Some(src), Some(g)) = (src, crate::roce::mcast::group_of(&h.dgid)) {
+                r.send_ud(src, g, &h, 0, payload);
+            }
+        }
         let block_self = qp.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
         for (port, qpn) in peers::mcast_members(&h.dgid) {
             if block_self && port == net.port() && qpn == qp.qpn {
@@ -195,6 +204,10 @@ pub fn attach(qp: &Qp, gid: [u8; 16]) -> Result<()> {
     let port = qp.ctx.port();
     let file = peers::mcast_join(&gid, port, qp.qpn);
     st.mcast.push((gid, file));
+    drop(st);
+    if let Some(r) = qp.ctx.net().and_then(|n| n.roce()) {
+        r.mcast.attach(qp, &gid);
+    }
     Ok(())
 }
 
@@ -208,6 +221,10 @@ pub fn detach(qp: &Qp, gid: [u8; 16]) -> Result<()> {
     st.mcast.retain(|(g, _)| g != &gid);
     if st.mcast.len() == before {
         return Err(Errno::EINVAL);
+    }
+    drop(st);
+    if let Some(r) = qp.ctx.net().and_then(|n| n.roce()) {
+        r.mcast.detach(qp, &gid);
     }
     Ok(())
 }

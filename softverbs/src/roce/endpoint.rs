@@ -34,6 +34,25 @@ const TICK_NS: i64 = 1_000_000;
 
 pub struct Endpoint {
     pub socks: Vec<(Ipv4Addr, OwnedFd)>,
+    /// Per socket: its UDP port (4791 where we own the address, else our own port there,
+    /// which the ICRC covers), and whether we own 4791 there (`share`).
+    sports: Vec<std::sync::atomic::AtomicU16>,
+    owning: Vec<AtomicBool>,
+    /// Our registry claims on the addresses we own.
+    claims: Mutex<Vec<crate::net::peers::RegFile>>,
+    /// Sends forward frames to the user's other processes.
+    fwd: OwnedFd,
+    /// The engines' epoll sets watching our sockets (with their first token), so that a
+    /// socket replaced when we take 4791 over is watched again.
+    epolls: Mutex<Vec<(Arc<OwnedFd>, u64)>>,
+    /// When we last tried to take 4791 over on an address we do not own.
+    last_try: Mutex<Option<Instant>>,
+    /// The context port whose owner claim we write.
+    port: u16,
+    /// The port's active MTU (an `ibv_mtu`): the largest IB MTU whose packets fit every
+    /// interface the endpoint is on (rxe's rule: the netdev MTU less 80 bytes), so that
+    /// programs sizing UD messages or path MTUs from the port agree with a RoCE peer.
+    pub mtu: u32,
     /// The contexts sharing this endpoint (see `open`).
     ctxs: Mutex<Vec<std::sync::Weak<Context>>>,
     pub timer: OwnedFd,
@@ -45,6 +64,8 @@ pub struct Endpoint {
     mads: Mutex<std::collections::VecDeque<Mad>>,
     pub mad_ev: OwnedFd,
     mad_psn: std::sync::atomic::AtomicU32,
+    /// Multicast groups joined by QPs of the process (`mcast`).
+    pub mcast: super::mcast::Groups,
 }
 
 /// A MAD received on QP1: from, to, the 256 bytes.
@@ -60,6 +81,11 @@ fn setopt(fd: i32, level: i32, name: i32, val: i32) -> bool {
 }
 
 fn bind_roce(ip: Ipv4Addr) -> Option<OwnedFd> {
+    bind_udp(ip, ROCE_PORT)
+}
+
+/// An unconnected, nonblocking UDP socket bound to `ip:port` with `IP_PMTUDISC_DO`.
+fn bind_udp(ip: Ipv4Addr, port: u16) -> Option<OwnedFd> {
     // SAFETY: plain socket syscall; checked by `owned`.
     let fd = owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) }).ok()?;
     if !setopt(fd.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO) {
@@ -67,10 +93,15 @@ fn bind_roce(ip: Ipv4Addr) -> Option<OwnedFd> {
     }
     setopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     setopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-    let (ss, len) = crate::net::addr::to_storage(&SocketAddr::from((ip, ROCE_PORT)), false)?;
+    let (ss, len) = crate::net::addr::to_storage(&SocketAddr::from((ip, port)), false)?;
     // SAFETY: ss holds a valid sockaddr of len bytes.
     cerr(unsafe { libc::bind(fd.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) }).ok()?;
     Some(fd)
+}
+
+/// The port a socket is bound to.
+fn bound_port(fd: &OwnedFd) -> u16 {
+    crate::net::addr::local_addr(fd.as_raw_fd()).map_or(0, |a| a.port())
 }
 
 /// The largest IB MTU (bytes) whose packets fit the route to `dst` (rxe's rule: at most
@@ -86,6 +117,46 @@ pub fn route_mtu(dst: Ipv4Addr) -> Option<usize> {
     // SAFETY: mtu is a live int of ml bytes.
     cerr(unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU, (&mut mtu as *mut i32).cast(), &mut ml) }).ok()?;
     [4096, 2048, 1024, 512, 256].into_iter().find(|&m| m + 80 <= mtu as usize)
+}
+
+/// Fault injection for the tests of loss recovery (the host's kernel may lack netem):
+/// `SOFTVERBS_ROCE_DROP=N` drops about one received RoCEv2 packet in N, at random.
+fn test_drop() -> bool {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let n = *N.get_or_init(|| std::env::var("SOFTVERBS_ROCE_DROP").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0));
+    if n == 0 {
+        return false;
+    }
+    static X: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x9e37_79b9);
+    let mut x = X.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    X.store(x, Ordering::Relaxed);
+    x % n == 0
+}
+
+/// The MTU of interface `ifindex`.
+fn netdev_mtu(ifindex: u32) -> Option<usize> {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: name has IF_NAMESIZE bytes, as if_indextoname requires.
+    if unsafe { libc::if_indextoname(ifindex, name.as_mut_ptr()) }.is_null() {
+        return None;
+    }
+    // SAFETY: if_indextoname wrote a NUL-terminated name.
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?.trim().parse().ok()
+}
+
+/// The largest IB MTU (`ibv_mtu`) whose RoCEv2 packets fit a link of `mtu` bytes.
+fn ib_mtu(mtu: usize) -> u32 {
+    match mtu.saturating_sub(80) {
+        m if m >= 4096 => IBV_MTU_4096,
+        m if m >= 2048 => IBV_MTU_2048,
+        m if m >= 1024 => IBV_MTU_1024,
+        m if m >= 512 => IBV_MTU_512,
+        _ => IBV_MTU_256,
+    }
 }
 
 /// The wire a QP uses to reach its peer.
@@ -115,8 +186,11 @@ pub fn choose(ctx: &Context, table: Option<SocketAddr>, sgid: &[u8; 16], dgid: &
     let roce = || {
         let src = super::v4_of_gid(sgid)?;
         let dst = super::v4_of_gid(dgid)?;
-        let ep = ctx.net()?.roce()?;
-        ep.has(src).then_some(Wire::Roce(src, dst))
+        let ep = ctx.net().and_then(|n| n.roce()).filter(|ep| ep.has(src));
+        if ep.is_none() {
+            unbound_warning(src, dst);
+        }
+        ep.map(|_| Wire::Roce(src, dst))
     };
     match forced() {
         Some(false) => stream(),
@@ -135,6 +209,27 @@ pub fn choose(ctx: &Context, table: Option<SocketAddr>, sgid: &[u8; 16], dgid: &
     }
 }
 
+/// Addresses whose UDP 4791 could not be bound, and why (errno).
+static UNBOUND: Mutex<Vec<(Ipv4Addr, i32)>> = Mutex::new(Vec::new());
+
+/// A QP needs RoCEv2 from `src` (its peer has no soft-fabric endpoint) and there is no
+/// endpoint there: say why once per address, on standard error as rdma-core's providers
+/// do, since the QP's completions (RETRY_EXC_ERR) cannot.
+fn unbound_warning(src: Ipv4Addr, dst: Ipv4Addr) {
+    static SAID: Mutex<Vec<Ipv4Addr>> = Mutex::new(Vec::new());
+    let mut said = lock(&SAID);
+    if said.contains(&src) {
+        return;
+    }
+    said.push(src);
+    let why = match lock(&UNBOUND).iter().find(|(a, _)| *a == src).map(|(_, e)| *e) {
+        Some(libc::EADDRINUSE) => format!("UDP port {ROCE_PORT} on {src} is taken (by another soft-fabric process, or by the kernel's rdma_rxe module, which binds it on every address)"),
+        Some(e) => format!("UDP port {ROCE_PORT} on {src} could not be bound: {}", std::io::Error::from_raw_os_error(e)),
+        None => format!("{src} is not an IPv4 address of this context"),
+    };
+    eprintln!("libibverbs (softverbs): no RoCEv2 from {src}: {why}; {dst} is tried over the soft-fabric stream protocol, which a RoCE peer does not speak");
+}
+
 /// The network namespace of the calling thread (endpoints are per namespace).
 fn netns() -> String {
     std::fs::read_link("/proc/thread-self/ns/net").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
@@ -145,7 +240,7 @@ impl Endpoint {
     /// so every context of the process shares one (programs open several: perftest its
     /// own beside librdmacm's). Made by the first context, which binds 4791 on each of
     /// its IPv4 addresses that is free; gone with the last.
-    pub fn open(ctx: &Arc<Context>) -> Option<Arc<Endpoint>> {
+    pub fn open(ctx: &Arc<Context>, port: u16) -> Option<Arc<Endpoint>> {
         if forced() == Some(false) {
             return None;
         }
@@ -160,21 +255,40 @@ impl Endpoint {
             drop(c);
             return Some(ep);
         }
-        let ep = Self::bind_all(ctx)?;
+        let ep = Self::bind_all(ctx, port)?;
+        ep.stop_tick();
         shared.push((ns, Arc::downgrade(&ep)));
         Some(ep)
     }
 
-    fn bind_all(ctx: &Arc<Context>) -> Option<Arc<Endpoint>> {
+    fn bind_all(ctx: &Arc<Context>, port: u16) -> Option<Arc<Endpoint>> {
         let mut socks = Vec::new();
+        let mut claims = Vec::new();
+        let mut owning = Vec::new();
         for g in &ctx.gids {
             let Some(ip) = super::v4_of_gid(&g.gid) else { continue };
             if socks.iter().any(|(a, _)| *a == ip) {
                 continue;
             }
             match bind_roce(ip) {
-                Some(fd) => socks.push((ip, fd)),
-                None => crate::trace::note(&format!("RoCEv2: {ip}:{ROCE_PORT} not bound ({}): no RoCEv2 from that address", std::io::Error::last_os_error())),
+                Some(fd) => {
+                    claims.extend(crate::net::peers::roce_claim_owner(ip, port));
+                    socks.push((ip, fd));
+                    owning.push(true);
+                }
+                None => {
+                    let e = std::io::Error::last_os_error();
+                    // Another soft-fabric process of ours owns it: it hands us our packets.
+                    if crate::net::peers::roce_owner(ip).is_some() {
+                        if let Some(fd) = bind_udp(ip, 0) {
+                            socks.push((ip, fd));
+                            owning.push(false);
+                            continue;
+                        }
+                    }
+                    crate::trace::note(&format!("RoCEv2: {ip}:{ROCE_PORT} not bound ({e}): no RoCEv2 from that address"));
+                    lock(&UNBOUND).push((ip, e.raw_os_error().unwrap_or(0)));
+                }
             }
         }
         if socks.is_empty() {
@@ -184,8 +298,21 @@ impl Endpoint {
         let timer = owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) }).ok()?;
         // SAFETY: as above.
         let mad_ev = owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) }).ok()?;
+        let mcast = super::mcast::Groups::new(&socks)?;
+        // SAFETY: plain socket syscall; checked by `owned`.
+        let fwd = owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) }).ok()?;
+        let sports = socks.iter().map(|(_, fd)| std::sync::atomic::AtomicU16::new(bound_port(fd))).collect();
+        let mtu = ctx.gids.iter().filter(|g| super::v4_of_gid(&g.gid).is_some_and(|ip| !ip.is_loopback() && socks.iter().any(|(a, _)| *a == ip))).filter_map(|g| netdev_mtu(g.ifindex)).min().map_or(IBV_MTU_4096, ib_mtu);
         Some(Arc::new(Endpoint {
             socks,
+            sports,
+            owning: owning.into_iter().map(AtomicBool::new).collect(),
+            claims: Mutex::new(claims),
+            fwd,
+            epolls: Mutex::new(Vec::new()),
+            last_try: Mutex::new(None),
+            port,
+            mtu,
             ctxs: Mutex::new(vec![Arc::downgrade(ctx)]),
             timer,
             links: Mutex::new(IntMap::default()),
@@ -195,6 +322,7 @@ impl Endpoint {
             mads: Mutex::new(std::collections::VecDeque::new()),
             mad_ev,
             mad_psn: std::sync::atomic::AtomicU32::new(0),
+            mcast,
         }))
     }
 
@@ -202,8 +330,92 @@ impl Endpoint {
         self.socks.iter().any(|(a, _)| *a == ip)
     }
 
+    /// The UDP source port of our packets from `ip` (the ICRC covers it).
+    pub fn sport(&self, ip: Ipv4Addr) -> u16 {
+        self.socks.iter().position(|(a, _)| *a == ip).map_or(ROCE_PORT, |i| self.sports[i].load(Ordering::Relaxed))
+    }
+
+    /// An engine watches our sockets in `epfd`, socket i with token `first + i`.
+    pub fn attach_epoll(&self, epfd: Arc<OwnedFd>, first: u64) {
+        lock(&self.epolls).push((epfd, first));
+    }
+
+    /// Takes UDP 4791 over on the addresses another process of ours owned, if it is free
+    /// now (that process exited), at most once a second. The socket keeps its descriptor
+    /// number (dup2), and is watched again by every engine.
+    fn try_own(&self) {
+        if self.owning.iter().all(|o| o.load(Ordering::Relaxed)) {
+            return;
+        }
+        {
+            let mut last = lock(&self.last_try);
+            if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        for (i, (ip, fd)) in self.socks.iter().enumerate() {
+            if self.owning[i].load(Ordering::Relaxed) {
+                continue;
+            }
+            let Some(new) = bind_roce(*ip) else { continue };
+            // SAFETY: both descriptors are ours; dup2 replaces the old socket atomically.
+            if unsafe { libc::dup2(new.as_raw_fd(), fd.as_raw_fd()) } < 0 {
+                continue;
+            }
+            drop(new);
+            self.sports[i].store(ROCE_PORT, Ordering::Relaxed);
+            self.owning[i].store(true, Ordering::Relaxed);
+            lock(&self.claims).extend(crate::net::peers::roce_claim_owner(*ip, self.port));
+            for (ep, first) in lock(&self.epolls).iter() {
+                let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: first + i as u64 };
+                // SAFETY: ev is a live epoll_event; both descriptors are open.
+                unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+            }
+            crate::trace::note(&format!("RoCEv2: took UDP {ROCE_PORT} on {ip} over"));
+        }
+    }
+
+    /// Whether `port` is the context port of one of our contexts.
+    fn is_ours(&self, port: u16) -> bool {
+        lock(&self.ctxs).iter().filter_map(|w| w.upgrade()).any(|c| c.port() == port)
+    }
+
+    /// At the owner of 4791 on `me`: hands a packet for another process of ours to it.
+    /// True if it did.
+    fn forwarded(&self, me: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8]) -> bool {
+        use super::share::{target, Target};
+        let port = match target(data) {
+            Target::Qpn(q) if q != 1 && q != packet::MCAST_QPN && self.find_qp(q).is_none() => crate::net::peers::roce_qpn_port(q),
+            Target::Service(sid) => crate::net::peers::roce_service_port(sid),
+            Target::CommPort(p) if p != 0 => Some(p),
+            _ => None,
+        };
+        let Some(port) = port.filter(|p| !self.is_ours(*p)) else { return false };
+        let frame = super::share::encode_fwd(src, me, sport, data);
+        let Some((ss, len)) = crate::net::addr::to_storage(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)), false) else { return false };
+        // SAFETY: frame is a live buffer; ss holds a valid sockaddr of len bytes.
+        unsafe { libc::sendto(self.fwd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), libc::MSG_NOSIGNAL, &ss as *const _ as *const libc::sockaddr, len) };
+        true
+    }
+
+    /// A forward frame arrived on a context's UDP socket from the owner of 4791 (on this
+    /// host: the engine takes it only from a loopback address).
+    pub fn on_forward(self: &Arc<Self>, frame: &[u8]) {
+        let Some((src, dst, sport, data)) = super::share::decode_fwd(frame) else { return };
+        let Some(i) = self.socks.iter().position(|(a, _)| *a == dst) else { return };
+        if self.owning[i].load(Ordering::Relaxed) {
+            // We took the port over meanwhile: it is ours to route again.
+            if self.forwarded(dst, src, sport, data) {
+                return;
+            }
+        }
+        self.deliver_packet(dst, src, sport, data);
+    }
+
     /// Sends one UDP payload (headers .. ICRC) from `src`'s socket to `dst:4791`.
     pub fn send_to(&self, src: Ipv4Addr, dst: Ipv4Addr, bytes: &[u8]) {
+        self.try_own();
         let Some((_, fd)) = self.socks.iter().find(|(a, _)| *a == src) else { return };
         let Some((ss, len)) = crate::net::addr::to_storage(&SocketAddr::from((dst, ROCE_PORT)), false) else { return };
         // SAFETY: bytes is a live slice; ss holds a valid sockaddr of len bytes.
@@ -224,11 +436,17 @@ impl Endpoint {
         unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     }
 
+    /// Nothing awaits an acknowledgement: the timer stops, or, while another process owns
+    /// 4791 on one of our addresses, slows to once a second (`try_own`).
     fn stop_tick(&self) {
         self.ticking.store(false, Ordering::SeqCst);
         // SAFETY: an all-zero itimerspec disarms our own timerfd.
-        let spec: libc::itimerspec = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        let mut spec: libc::itimerspec = unsafe { std::mem::zeroed() };
+        if !self.owning.iter().all(|o| o.load(Ordering::Relaxed)) {
+            spec.it_interval.tv_sec = 1;
+            spec.it_value.tv_sec = 1;
+        }
+        // SAFETY: spec is a live itimerspec; our own timerfd.
         unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     }
 
@@ -251,6 +469,7 @@ impl Endpoint {
         let mut v = 0u64;
         // SAFETY: reads the 8-byte expiry count from our nonblocking timerfd.
         unsafe { libc::read(self.timer.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        self.try_own();
         let links: Vec<Arc<RoceLink>> = lock(&self.links).values().cloned().collect();
         let now = Instant::now();
         let mut busy = false;
@@ -275,7 +494,7 @@ impl Endpoint {
         if !busy {
             self.stop_tick();
             // A link may have asked between the scan and now.
-            let again = lock(&self.links).values().any(|l| l.on_tick(Instant::now()).1);
+            let again = lock(&self.links).values().any(|l| l.busy());
             if again {
                 self.want_tick(false);
             }
@@ -329,6 +548,17 @@ impl Endpoint {
     }
 
     fn on_datagram(self: &Arc<Self>, me: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8]) {
+        if test_drop() {
+            return;
+        }
+        if self.forwarded(me, src, sport, data) {
+            return;
+        }
+        self.deliver_packet(me, src, sport, data);
+    }
+
+    /// A packet for a QP of this process (or for its CM).
+    fn deliver_packet(self: &Arc<Self>, me: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8]) {
         let ok = packet::decode(data).ok().filter(|(h, _)| h.bth.pkey & 0x7fff == 0x7fff);
         let Some((h, payload)) = ok else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -398,7 +628,7 @@ impl Endpoint {
         f.dgid = super::gid_of_v4(me);
         if let Some(imm) = h.imm {
             f.flags |= F_IMM;
-            f.imm = imm;
+            f.imm = super::imm_from_wire(imm);
         }
         if h.bth.se {
             f.flags |= F_SOLICITED;
@@ -442,12 +672,12 @@ impl Endpoint {
             psn,
             ..packet::Bth::default()
         };
-        let hd = Headers { bth, deth: Some(packet::Deth { qkey: h.qkey, src_qp: h.src_qpn }), imm: imm.then_some(h.imm), ..Headers::default() };
+        let hd = Headers { bth, deth: Some(packet::Deth { qkey: h.qkey, src_qp: h.src_qpn }), imm: imm.then_some(super::imm_to_wire(h.imm)), ..Headers::default() };
         let mut out = Vec::with_capacity(payload.len() + 40);
         packet::encode_headers(&hd, payload.len(), &mut out);
         out.extend_from_slice(payload);
         out.resize(out.len() + packet::pad_len(payload.len()), 0);
-        let ip = super::icrc::Ipv4Udp { src, dst, id: 0, df: true, sport: ROCE_PORT, dport: ROCE_PORT };
+        let ip = super::icrc::Ipv4Udp { src, dst, id: 0, df: true, sport: self.sport(src), dport: ROCE_PORT };
         let crc = super::icrc::icrc_v4(&ip, &[&out]);
         out.extend_from_slice(&crc.to_le_bytes());
         self.send_to(src, dst, &out);

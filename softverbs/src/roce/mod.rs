@@ -8,7 +8,9 @@
 pub mod endpoint;
 pub mod icrc;
 pub mod link;
+pub mod mcast;
 pub mod packet;
+pub mod share;
 
 use std::net::Ipv4Addr;
 
@@ -19,6 +21,16 @@ pub fn v4_of_gid(gid: &[u8; 16]) -> Option<Ipv4Addr> {
 
 pub fn gid_of_v4(ip: Ipv4Addr) -> [u8; 16] {
     ip.to_ipv6_mapped().octets()
+}
+
+/// Immediate data: the application's `imm_data` is `__be32`, its bytes in memory are the
+/// ImmDt bytes on the wire; `packet` reads and writes ImmDt as a big-endian number.
+pub fn imm_to_wire(app: u32) -> u32 {
+    u32::from_be_bytes(app.to_ne_bytes())
+}
+
+pub fn imm_from_wire(wire: u32) -> u32 {
+    u32::from_ne_bytes(wire.to_be_bytes())
 }
 
 #[cfg(test)]
