@@ -6,6 +6,9 @@
 #   ib_write_bw -R (64 KiB) vs iperf3 TCP stream (64 KiB writes)  goal: >= 0.7x and >= 2 GB/s
 #   ib_read_lat -R (2 B)   (reported; compared with the TCP round trip)
 #   cmtime -c 1000         goal: <= 1 ms per connection, no failure
+#   the same ib_write_bw and ib_send_lat over RoCEv2 (SOFTVERBS_WIRE=roce, both peers on
+#     127.0.0.1: one owns UDP 4791 and hands the other its packets)
+#                          goals: write >= 1 GB/s, send latency <= 2x the TCP floor
 # Prints a table of ratios; timings are reported, never asserted.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +37,9 @@ timeout 120 "$L" cmtime -b $A -p 7604 > "$out/cmtime.server.txt" 2>&1 &
 cm=$!; wait_port 7604
 timeout 120 "$L" cmtime -s $A -p 7604 -c 1000 > "$out/cmtime.txt" 2>&1; cmrc=$?
 kill $cm 2>/dev/null; wait $cm 2>/dev/null
+R="env SOFTVERBS_WIRE=roce $L"
+pair roce_send_lat 7607 "$R ib_send_lat -R -p 7607 -s 64 -n $ITER" "$R ib_send_lat -R -p 7607 -s 64 -n $ITER $A"
+pair roce_write_bw 7608 "$R ib_write_bw -R -p 7608 -s 65536 -n 5000" "$R ib_write_bw -R -p 7608 -s 65536 -n 5000 $A"
 
 sockperf sr --tcp --nonblocked -i $A -p 7605 > "$out/sockperf.server.txt" 2>&1 &
 sp=$!; wait_port 7605
@@ -49,6 +55,8 @@ lat=$(col "$out/send_lat.txt" 6)
 lat_typ=$(col "$out/send_lat.txt" 5)
 bw=$(col "$out/write_bw.txt" 4)
 rlat=$(col "$out/read_lat.txt" 6)
+roce_lat=$(col "$out/roce_send_lat.txt" 6)
+roce_bw=$(col "$out/roce_write_bw.txt" 4)
 tcp_lat=$(sed -n 's/.*Latency is \([0-9.]*\) usec.*/\1/p' "$out/sockperf.txt" | tail -1)
 tcp_bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/8e6)' "$out/iperf3.json" 2>/dev/null)
 # cmtime rows: "connect      :  total-ms  max-ms  min-us  us/conn" (the ':' is a field of its own)
@@ -61,4 +69,6 @@ printf '%-34s %12s %12s %8s  %s\n' "send latency 64 B, avg (us)" "${lat:-n/a}" "
 printf '%-34s %12s %12s %8s  %s\n' "send latency 64 B, typical (us)" "${lat_typ:-n/a}" "${tcp_lat:-n/a}" "$(r "$lat_typ" "$tcp_lat")" ""
 printf '%-34s %12s %12s %8s  %s\n' "RDMA write 64 KiB (MB/s)" "${bw:-n/a}" "${tcp_bw%.*}" "$(r "$bw" "$tcp_bw")" ">= 0.7 and >= 2000 MB/s"
 printf '%-34s %12s %12s %8s  %s\n' "RDMA read latency, avg (us)" "${rlat:-n/a}" "${tcp_lat:-n/a}" "$(r "$rlat" "$tcp_lat")" "(reported)"
+printf '%-34s %12s %12s %8s  %s\n' "RoCEv2 send latency 64 B, avg (us)" "${roce_lat:-n/a}" "${tcp_lat:-n/a}" "$(r "$roce_lat" "$tcp_lat")" "<= 2 (TCP ping-pong)"
+printf '%-34s %12s %12s %8s  %s\n' "RoCEv2 RDMA write 64 KiB (MB/s)" "${roce_bw:-n/a}" "${tcp_bw%.*}" "$(r "$roce_bw" "$tcp_bw")" ">= 1000 MB/s (stream path: ${bw:-n/a})"
 printf '%-34s %12s %12s %8s  %s\n' "cmtime -c 1000 connect (us/conn)" "${cm_per:-n/a}" "1000" "$(r "$cm_per" 1000)" "<= 1 (exit $cmrc)"

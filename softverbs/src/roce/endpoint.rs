@@ -29,6 +29,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// Datagrams received per `recvmmsg`, and the room for each (a 4096-byte MTU packet and
+/// its headers; anything longer is no RoCEv2 packet of ours and is dropped).
+const RX_BATCH: usize = 32;
+const RX_SLOT: usize = 4352;
+
 /// The timer's period while a link has packets awaiting acknowledgement or an RNR wait.
 const TICK_NS: i64 = 1_000_000;
 
@@ -301,6 +306,8 @@ impl Endpoint {
         let mcast = super::mcast::Groups::new(&socks)?;
         // SAFETY: plain socket syscall; checked by `owned`.
         let fwd = owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) }).ok()?;
+        // A message's packets are handed on in a burst: room for it, as on the sockets.
+        setopt(fwd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
         let sports = socks.iter().map(|(_, fd)| std::sync::atomic::AtomicU16::new(bound_port(fd))).collect();
         let mtu = ctx.gids.iter().filter(|g| super::v4_of_gid(&g.gid).is_some_and(|ip| !ip.is_loopback() && socks.iter().any(|(a, _)| *a == ip))).filter_map(|g| netdev_mtu(g.ifindex)).min().map_or(IBV_MTU_4096, ib_mtu);
         Some(Arc::new(Endpoint {
@@ -316,7 +323,7 @@ impl Endpoint {
             ctxs: Mutex::new(vec![Arc::downgrade(ctx)]),
             timer,
             links: Mutex::new(IntMap::default()),
-            rx: Mutex::new(vec![0u8; 65536]),
+            rx: Mutex::new(vec![0u8; RX_BATCH * RX_SLOT]),
             ticking: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             mads: Mutex::new(std::collections::VecDeque::new()),
@@ -364,6 +371,7 @@ impl Endpoint {
                 continue;
             }
             drop(new);
+            super::mcast::sender_opts(fd.as_raw_fd(), *ip);
             self.sports[i].store(ROCE_PORT, Ordering::Relaxed);
             self.owning[i].store(true, Ordering::Relaxed);
             lock(&self.claims).extend(crate::net::peers::roce_claim_owner(*ip, self.port));
@@ -420,6 +428,40 @@ impl Endpoint {
         let Some((ss, len)) = crate::net::addr::to_storage(&SocketAddr::from((dst, ROCE_PORT)), false) else { return };
         // SAFETY: bytes is a live slice; ss holds a valid sockaddr of len bytes.
         unsafe { libc::sendto(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL, &ss as *const _ as *const libc::sockaddr, len) };
+    }
+
+    /// Sends several UDP payloads from `src`'s socket to `dst:4791` with as few syscalls as
+    /// `sendmmsg` allows (a message's packets).
+    pub fn send_many(&self, src: Ipv4Addr, dst: Ipv4Addr, pkts: &[Vec<u8>]) {
+        self.try_own();
+        let Some((_, fd)) = self.socks.iter().find(|(a, _)| *a == src) else { return };
+        let Some((mut ss, len)) = crate::net::addr::to_storage(&SocketAddr::from((dst, ROCE_PORT)), false) else { return };
+        for chunk in pkts.chunks(64) {
+            let mut iov: Vec<libc::iovec> = chunk.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+            let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len())
+                .map(|k| {
+                    // SAFETY: mmsghdr is plain data.
+                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    m.msg_hdr.msg_iov = &mut iov[k];
+                    m.msg_hdr.msg_iovlen = 1;
+                    m.msg_hdr.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
+                    m.msg_hdr.msg_namelen = len;
+                    m
+                })
+                .collect();
+            let mut done = 0;
+            while done < msgs.len() {
+                // SAFETY: msgs[done..] are live headers whose iovecs point into `chunk`'s
+                // packets and whose name is ss, all alive for the call.
+                let n = unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs[done..].as_mut_ptr(), (msgs.len() - done) as u32, libc::MSG_NOSIGNAL) };
+                if n <= 0 {
+                    // A full socket buffer or an error: the rest counts as lost (the
+                    // requester's retransmission covers it, as for a lost packet).
+                    break;
+                }
+                done += n as usize;
+            }
+        }
     }
 
     /// Starts the timer (if it is not running); `now`: fire at once (UC completions).
@@ -530,19 +572,44 @@ impl Endpoint {
         let g = if wait { Some(lock(&self.rx)) } else { crate::core::registry::try_lock(&self.rx) };
         let Some(mut buf) = g else { return false };
         let mut any = false;
-        for _ in 0..256 {
-            // SAFETY: sockaddr_in is plain data.
-            let mut from: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-            let mut flen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            // SAFETY: buf and from are live and sized as passed.
-            let n = unsafe { libc::recvfrom(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT, &mut from as *mut _ as *mut libc::sockaddr, &mut flen) };
-            if n < 0 {
+        // SAFETY: sockaddr_in is plain data.
+        let mut from: [libc::sockaddr_in; RX_BATCH] = unsafe { std::mem::zeroed() };
+        for _ in 0..16 {
+            let base = buf.as_mut_ptr();
+            let mut iov: [libc::iovec; RX_BATCH] = std::array::from_fn(|k| libc::iovec {
+                // SAFETY: slot k of the RX_BATCH * RX_SLOT buffer.
+                iov_base: unsafe { base.add(k * RX_SLOT) }.cast(),
+                iov_len: RX_SLOT,
+            });
+            // SAFETY: mmsghdr is plain data.
+            let mut msgs: [libc::mmsghdr; RX_BATCH] = unsafe { std::mem::zeroed() };
+            for (k, m) in msgs.iter_mut().enumerate() {
+                m.msg_hdr.msg_iov = &mut iov[k];
+                m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_name = (&mut from[k] as *mut libc::sockaddr_in).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            }
+            // One syscall for up to RX_BATCH datagrams.
+            // SAFETY: msgs, iov and from are live arrays of RX_BATCH entries each, pointing
+            // into buf, which holds RX_BATCH slots of RX_SLOT bytes.
+            let n = unsafe { libc::recvmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), RX_BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+            if n <= 0 {
                 break;
             }
             any = true;
-            let src = Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
-            let sport = u16::from_be(from.sin_port);
-            self.on_datagram(*ip, src, sport, &buf[..n as usize]);
+            for k in 0..n as usize {
+                let len = msgs[k].msg_len as usize;
+                if msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let src = Ipv4Addr::from(u32::from_be(from[k].sin_addr.s_addr));
+                let sport = u16::from_be(from[k].sin_port);
+                self.on_datagram(*ip, src, sport, &buf[k * RX_SLOT..k * RX_SLOT + len]);
+            }
+            if (n as usize) < RX_BATCH {
+                break;
+            }
         }
         any
     }
