@@ -258,7 +258,9 @@ impl RoceLink {
     }
 
     fn ipinfo(&self) -> super::icrc::Ipv4Udp {
-        super::icrc::Ipv4Udp { src: self.src, dst: self.dst, id: 0, df: true, sport: packet::ROCE_PORT, dport: packet::ROCE_PORT }
+        // Our source port: 4791, or our own where another process owns it (`share`).
+        let sport = self.ep.upgrade().map_or(packet::ROCE_PORT, |e| e.sport(self.src));
+        super::icrc::Ipv4Udp { src: self.src, dst: self.dst, id: 0, df: true, sport, dport: packet::ROCE_PORT }
     }
 
     fn bth(&self, opcode: u8, psn: u32) -> Bth {
