@@ -20,12 +20,14 @@
 //! one (decodes, P_Key 0xFFFF, an ICRC some IPv4 ID satisfies with destination G), must be
 //! a UD SEND to QPN 0xFFFFFF, and goes to each member through `ud::on_datagram`, which
 //! applies the QP's state, Q_Key and membership checks. One from an address of the
-//! endpoint is our own send come back (two interfaces on one link): ignored.
+//! endpoint was sent in this namespace (looped back, or back through another interface on
+//! the same link) and is ignored: its members here had the registry's copy.
 //!
 //! **Send.** A UD send to QPN 0xFFFFFF whose MGID is `::ffff:G` leaves, when the context
-//! has a RoCEv2 endpoint bound to the AH's source address, from that address's (unconnected,
+//! has a RoCEv2 endpoint on the AH's source address, from that address's (unconnected,
 //! `IP_PMTUDISC_DO`) socket to `G:4791`, so with IP ID 0 and an ICRC computed with
-//! destination G (`Endpoint::send_ud`). The endpoint's sockets get `IP_MULTICAST_IF` = their
+//! destination G and the socket's port (4791, or the process's own where another process
+//! owns 4791, see `share`; `Endpoint::send_ud`). The endpoint's sockets get `IP_MULTICAST_IF` = their
 //! address, `IP_MULTICAST_TTL` 64 (rxe's hop limit for a multicast AH) and
 //! `IP_MULTICAST_LOOP` off: members on this host (in the sender's namespace) keep getting
 //! their copy from the host-local registry path (`ud::transmit`), exactly once, and not the
@@ -76,8 +78,9 @@ fn in_addr(a: Ipv4Addr) -> libc::in_addr {
     libc::in_addr { s_addr: u32::from(a).to_be() }
 }
 
-/// Multicast send options of an endpoint socket bound to `ip` (see the module doc).
-fn sender_opts(fd: i32, ip: Ipv4Addr) {
+/// Multicast send options of an endpoint socket bound to `ip` (see the module doc); again
+/// when the socket is replaced (`Endpoint::try_own`).
+pub fn sender_opts(fd: i32, ip: Ipv4Addr) {
     let m = libc::ip_mreqn { imr_multiaddr: in_addr(Ipv4Addr::UNSPECIFIED), imr_address: in_addr(ip), imr_ifindex: 0 };
     setopt(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &m);
     setopt(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_TTL, &64i32);
@@ -203,8 +206,9 @@ impl Groups {
                 let src = Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
                 let sport = u16::from_be(from.sin_port);
                 if self.own.contains(&src) {
-                    // Our own send, back through another interface on the same link: the
-                    // members here had their registry copy.
+                    // Sent in this namespace (by this or another process of ours), looped
+                    // back or back through another interface on the same link: the members
+                    // here had their registry copy.
                     continue;
                 }
                 if !on_datagram(addr, src, sport, &buf[..n as usize], &members) {
