@@ -81,13 +81,15 @@ if [ "${SOFT_WIRE:-}" = roce ]; then
 	# Two servers of one namespace share its UDP 4791 (one owns it and hands the other
 	# its packets, roce/share.rs); both are reached at once.
 	if want two_servers; then
-		for p in 7401 7402; do timeout 60 "${SP[@]}" "$L" rping -s -a $A -p $p -v -C 20 > "$out/two-$p.server.log" 2>&1 & done
+		local_pids=()
+		for p in 7401 7402; do timeout 60 "${SP[@]}" "$L" rping -s -a $A -p $p -v -C 20 > "$out/two-$p.server.log" 2>&1 & local_pids+=($!); done
 		wait_port 7401 $NS; wait_port 7402 $NS
-		for p in 7401 7402; do timeout 60 "${CP[@]}" "$L" rping -c -a $A -p $p -v -C 20 > "$out/two-$p.client.log" 2>&1 & done
-		if wait -n && wait -n && wait -n && wait -n && grep -q "rdma-ping-19" "$out/two-7401.client.log" && grep -q "rdma-ping-19" "$out/two-7402.client.log"; then
+		for p in 7401 7402; do timeout 60 "${CP[@]}" "$L" rping -c -a $A -p $p -v -C 20 > "$out/two-$p.client.log" 2>&1 & local_pids+=($!); done
+		rcs=""; for p in "${local_pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
+		if [ "$rcs" = " 0 0 0 0" ] && grep -q "rdma-ping-19" "$out/two-7401.client.log" && grep -q "rdma-ping-19" "$out/two-7402.client.log"; then
 			echo "PASS two_servers"; pass=$((pass+1))
 		else
-			echo "FAIL two_servers"; fail=$((fail+1)); tail -n 3 "$out"/two-*.log
+			echo "FAIL two_servers: exits (servers, clients)$rcs"; fail=$((fail+1)); tail -n 3 "$out"/two-*.log
 		fi
 	fi
 	echo "soft (RoCEv2): $pass passed, $fail failed"

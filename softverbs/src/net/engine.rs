@@ -30,7 +30,7 @@ use super::frame::{decode, op_of, DecodeError, Header, Op, HDR_LEN, MAX_MSG};
 use super::{Link, Transport};
 use crate::core::context::Context;
 use crate::core::registry::{lock, try_lock};
-use crate::qp::{requester, responder, ud, Qp, MAX_QP_WR, MAX_RD_ATOM};
+use crate::qp::{requester, responder, ud, Qp, MAX_QP_WR, RD_IN_FLIGHT};
 use crate::sys::{cerr, owned, Errno, Result};
 use common::inthash::IntMap;
 use std::collections::VecDeque;
@@ -825,14 +825,14 @@ const PARK_MAX_BYTES: usize = MAX_MSG as usize;
 const PARK_MAX_REQS: usize = MAX_QP_WR as usize;
 /// READ/atomic responses waiting in one link's queue beyond which it pauses and is
 /// congested (`Link::congested`: its parked requests do not run either) until half of them
-/// left. A requester honouring `max_rd_atomic` (≤ `MAX_RD_ATOM`) has at most that many
-/// READs/atomics outstanding, so never more responses waiting here, however slowly it
-/// reads; one that has asks for data it does not take (READ amplification). A byte bound
+/// left. Our requesters keep at most `RD_IN_FLIGHT` READs/atomics outstanding (whatever
+/// their `max_rd_atomic`), so never more responses wait here, however slowly they read;
+/// a peer that has more asks for data it does not take (READ amplification). A byte bound
 /// would stop links that honour that: 16 outstanding 64 MiB READs each way of a QP pair
 /// queue 1 GiB on both sides, and two sides that both stopped reading until their queues
 /// drained would wait for each other for ever. The memory is bounded all the same:
-/// ≤ `MAX_RD_ATOM` + 1 READ responses of ≤ `MAX_MSG`, less what the socket took.
-const OUT_RD_HIGH: usize = MAX_RD_ATOM as usize;
+/// ≤ `RD_IN_FLIGHT` + 1 READ responses of ≤ `MAX_MSG`, less what the socket took.
+const OUT_RD_HIGH: usize = RD_IN_FLIGHT as usize;
 /// Responses of any kind (ACKs, ~100 bytes each) waiting in one link's queue beyond which
 /// it pauses and is congested (until half left): one per request in flight, ≤ the
 /// requester's send queue.

@@ -33,9 +33,14 @@ pub const MIN_INLINE: u32 = 256;
 /// `ibv_post_send` (only what the socket does not take then is copied), which is the
 /// zero-copy path rsockets take for messages up to the QP's inline size.
 pub const MAX_INLINE: u32 = 64 << 10;
-/// READs/atomics in flight per QP, each way: rxe's value, so that a peer that sets a
-/// QP's `max_rd_atomic` from rxe's device attributes (perftest does) is accepted.
+/// READs/atomics a QP may be given (`max_rd_atomic`, `max_dest_rd_atomic`): rxe's value,
+/// so that a peer that sets a QP's `max_rd_atomic` from rxe's device attributes (perftest
+/// does) is accepted.
 pub const MAX_RD_ATOM: u8 = 128;
+/// READs/atomics a requester keeps in flight at most, whatever its `max_rd_atomic` (a QP
+/// may always have fewer outstanding): the stream path's responder bounds the responses it
+/// queues for a peer at this many (`net::engine`), which a peer of ours then never exceeds.
+pub const RD_IN_FLIGHT: u32 = 16;
 
 /// A send WQE on the requester's queue.
 pub struct SendWqe {

@@ -342,7 +342,7 @@ pub fn pump(qp: &Qp, st: &mut QpState) {
             }
             return;
         }
-        if st.sq[i].rd_atomic && st.rd_in_flight >= (st.attr.max_rd_atomic as u32).max(1) {
+        if st.sq[i].rd_atomic && st.rd_in_flight >= (st.attr.max_rd_atomic as u32).clamp(1, super::RD_IN_FLIGHT) {
             return;
         }
         if !st.sq[i].rd_atomic && st.bytes_in_flight > 0 && st.bytes_in_flight + st.sq[i].len as usize > window() {

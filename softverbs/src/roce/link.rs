@@ -121,6 +121,8 @@ struct Requester {
     /// An RNR NAK asked us to wait until then, then resend from that PSN.
     rnr_until: Option<(Instant, u32)>,
     blocked: bool,
+    /// An implied NAK started a resend; no other starts one before progress.
+    implied_retry: bool,
 }
 
 struct Responder {
@@ -144,6 +146,45 @@ struct St {
     uc_done: Vec<Deliver>,
 }
 
+impl St {
+    /// A link's state before [`RoceLink::bind_requester`]; `epsn`: the receive PSN.
+    fn new(epsn: u32) -> St {
+        St {
+            req: Requester {
+                ready: false,
+                psn: 0,
+                out: VecDeque::new(),
+                unacked: 0,
+                timeout: None,
+                retry_cnt: 7,
+                retries: 0,
+                rnr_retry: 7,
+                rnrs: 0,
+                deadline: None,
+                rnr_until: None,
+                blocked: false,
+                implied_retry: false,
+            },
+            resp: Responder {
+                epsn,
+                msn: 0,
+                nak_seq_sent: false,
+                asm: None,
+                pend: VecDeque::new(),
+                int_psn: 0,
+                last_acked: packet::psn_add(epsn, 0x00ff_ffff),
+                reads: VecDeque::new(),
+                atomics: VecDeque::new(),
+                failed: false,
+            },
+            uc_done: Vec::new(),
+        }
+    }
+}
+
+/// Where a link's packets go: the endpoint's socket to the peer (unit tests: a vector).
+type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
+
 pub struct RoceLink {
     pub ep: Weak<super::endpoint::Endpoint>,
     pub qp: Weak<Qp>,
@@ -155,6 +196,7 @@ pub struct RoceLink {
     uc: bool,
     st: Mutex<St>,
     dead: AtomicBool,
+    sink: Sink,
 }
 
 fn mtu_bytes(enc: u32) -> usize {
@@ -177,6 +219,7 @@ impl RoceLink {
     pub fn new(ep: &Arc<super::endpoint::Endpoint>, qp: &Qp, st: &QpState, src: Ipv4Addr, dst: Ipv4Addr) -> RoceLink {
         let a = &st.attr;
         let epsn = a.rq_psn & 0x00ff_ffff;
+        let to = Arc::downgrade(ep);
         RoceLink {
             ep: Arc::downgrade(ep),
             qp: qp.me.clone(),
@@ -188,37 +231,39 @@ impl RoceLink {
             // a 1500-byte link (rxe: port MTU 1024) segments at 1024 whatever our port says.
             mtu: mtu_bytes(a.path_mtu).min(super::endpoint::route_mtu(dst).unwrap_or(4096)),
             uc: qp.kind == crate::qp::state::Kind::Uc,
-            st: Mutex::new(St {
-                req: Requester {
-                    ready: false,
-                    psn: 0,
-                    out: VecDeque::new(),
-                    unacked: 0,
-                    timeout: None,
-                    retry_cnt: 7,
-                    retries: 0,
-                    rnr_retry: 7,
-                    rnrs: 0,
-                    deadline: None,
-                    rnr_until: None,
-                    blocked: false,
-                },
-                resp: Responder {
-                    epsn,
-                    msn: 0,
-                    nak_seq_sent: false,
-                    asm: None,
-                    pend: VecDeque::new(),
-                    int_psn: 0,
-                    last_acked: packet::psn_add(epsn, 0x00ff_ffff),
-                    reads: VecDeque::new(),
-                    atomics: VecDeque::new(),
-                    failed: false,
-                },
-                uc_done: Vec::new(),
-            }),
+            st: Mutex::new(St::new(epsn)),
             dead: AtomicBool::new(false),
+            sink: Box::new(move |bytes| {
+                if let Some(ep) = to.upgrade() {
+                    ep.send_to(src, dst, bytes);
+                }
+            }),
         }
+    }
+
+    /// A link with no endpoint or QP, bound as by [`Self::bind_requester`], whose packets
+    /// (with ICRC) are collected in the returned vector; `timeout` is the QP attribute.
+    #[cfg(test)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn for_test(lqpn: u32, rqpn: u32, mtu: usize, sq_psn: u32, rq_psn: u32, timeout: u8, retry_cnt: u8, rnr_retry: u8, uc: bool) -> (RoceLink, Arc<Mutex<Vec<Vec<u8>>>>) {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let tap = sent.clone();
+        let mut st = St::new(rq_psn & 0x00ff_ffff);
+        st.req = Requester { ready: true, psn: sq_psn & 0x00ff_ffff, timeout: ack_timeout(timeout), retry_cnt: retry_cnt.min(7), rnr_retry: rnr_retry.min(7), ..st.req };
+        let link = RoceLink {
+            ep: Weak::new(),
+            qp: Weak::new(),
+            lqpn,
+            rqpn,
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            mtu,
+            uc,
+            st: Mutex::new(st),
+            dead: AtomicBool::new(false),
+            sink: Box::new(move |bytes| lock(&tap).push(bytes.to_vec())),
+        };
+        (link, sent)
     }
 
     /// The QP (now RTS) starts sending on this link: its send PSN, timeout and retry
@@ -238,9 +283,17 @@ impl RoceLink {
     }
 
     fn send_pkt(&self, bytes: &[u8]) {
-        if let Some(ep) = self.ep.upgrade() {
-            ep.send_to(self.src, self.dst, bytes);
+        (self.sink)(bytes);
+    }
+
+    /// Sends a kept packet again with its ICRC computed anew: our source port may have
+    /// changed since it was made (we took UDP 4791 over, `share`), and the ICRC covers it.
+    fn resend_pkt(&self, p: &mut [u8]) {
+        if let Some(body) = p.len().checked_sub(packet::ICRC_LEN) {
+            let crc = super::icrc::icrc_v4(&self.ipinfo(), &[&p[..body]]);
+            p[body..].copy_from_slice(&crc.to_le_bytes());
         }
+        self.send_pkt(p);
     }
 
     /// Encodes one packet to our peer.
@@ -377,9 +430,12 @@ impl RoceLink {
         h
     }
 
-    /// Completes every SEND/WRITE whose last PSN is at or before `psn`.
+    /// Completes every SEND/WRITE whose last PSN is at or before `psn`, and the READs done
+    /// behind them.
     fn complete_upto(&self, s: &mut St, psn: u32, out: &mut Vec<Deliver>) {
-        while let Some(m) = s.req.out.front() {
+        loop {
+            self.deliver_done_reads(s, out);
+            let Some(m) = s.req.out.front() else { break };
             if m.kind != Kind::SendWrite || packet::psn_cmp(m.last(), psn) == std::cmp::Ordering::Greater {
                 break;
             }
@@ -400,17 +456,22 @@ impl RoceLink {
                         Some(p) if k == start => packet::psn_diff(p, m.first).max(0) as usize,
                         _ => 0,
                     };
-                    for p in &m.pkts[from.min(m.pkts.len())..] {
-                        self.send_pkt(p);
+                    let from = from.min(m.pkts.len());
+                    for p in &mut m.pkts[from..] {
+                        self.resend_pkt(p);
                     }
                 }
+                // A READ keeps what arrived and resumes at the first missing response, as
+                // rxe does: restarting it whole, a long READ on a lossy path might never end.
+                Kind::Read if m.done => {}
+                Kind::Read if m.read_next != m.first => self.resume_read(m),
                 _ => {
                     m.read_buf.clear();
                     m.read_next = m.first;
                     m.resumed = None;
                     m.done = false;
-                    for p in &m.pkts {
-                        self.send_pkt(p);
+                    for p in &mut m.pkts {
+                        self.resend_pkt(p);
                     }
                 }
             }
@@ -458,8 +519,13 @@ impl RoceLink {
                     op::RC_ACK => {
                         self.complete_upto(s, psn, out);
                         // An ACK past an outstanding READ or atomic: its response was lost.
+                        // Past its last PSN, as rxe's check_psn (our responder re-ACKs
+                        // duplicates with a READ's last PSN once it answered the READ); and
+                        // once until progress, as rxe's started_retry: every duplicate the
+                        // resend reaches is re-ACKed, and each would start another resend.
                         if let Some(m) = s.req.out.front() {
-                            if m.kind != Kind::SendWrite && packet::psn_cmp(psn, m.first) != std::cmp::Ordering::Less {
+                            if m.kind != Kind::SendWrite && packet::psn_cmp(psn, m.last()) == std::cmp::Ordering::Greater && !s.req.implied_retry {
+                                s.req.implied_retry = true;
                                 self.resend_from(s, None);
                             }
                         }
@@ -472,6 +538,8 @@ impl RoceLink {
                                 s.req.out.pop_front();
                                 s.req.unacked = s.req.unacked.saturating_sub(1);
                                 out.push(Deliver::Response(self.response_frame(Op::AtomicResp, int_psn, Syndrome::Ok), orig.to_be_bytes().to_vec()));
+                                // READs done behind the atomic were waiting for it.
+                                self.deliver_done_reads(s, out);
                             }
                         }
                     }
@@ -480,6 +548,7 @@ impl RoceLink {
                 if s.req.out.len() != before {
                     s.req.retries = 0;
                     s.req.rnrs = 0;
+                    s.req.implied_retry = false;
                     s.req.deadline = if s.req.out.is_empty() { None } else { s.req.timeout.map(|t| Instant::now() + t) };
                 }
             }
@@ -541,7 +610,11 @@ impl RoceLink {
         if opc == op::RC_READ_RESPONSE_LAST || opc == op::RC_READ_RESPONSE_ONLY {
             m.done = true;
         }
-        // Completions in order: a READ done behind an unfinished one waits for it.
+        self.deliver_done_reads(s, out);
+    }
+
+    /// Completions in order: a READ done behind an unfinished READ or atomic waits for it.
+    fn deliver_done_reads(&self, s: &mut St, out: &mut Vec<Deliver>) {
         while s.req.out.front().is_some_and(|m| m.done) {
             let Some(m) = s.req.out.pop_front() else { break };
             s.req.unacked = s.req.unacked.saturating_sub(m.n);
@@ -663,7 +736,10 @@ impl RoceLink {
         asm.buf.extend_from_slice(payload);
         s.resp.epsn = packet::psn_add(psn, 1);
         if !last {
-            if h.bth.ack_req && !self.uc {
+            // An ACK acknowledges every earlier message too: none may while one still
+            // waits for the QP layer, whose answer may be a NAK (or, for a READ, data
+            // the requester would take the ACK's PSN to have skipped).
+            if h.bth.ack_req && !self.uc && s.resp.pend.is_empty() {
                 s.resp.last_acked = psn;
                 self.ack(psn, aeth::ACK, s.resp.msn);
             }
@@ -793,7 +869,12 @@ impl RoceLink {
                     let pk = self.packet(&hd, &[chunk]);
                     self.send_pkt(&pk);
                 }
-                s.resp.last_acked = packet::psn_add(p, n - 1);
+                // Not backwards: a duplicate READ re-executed after later messages were
+                // ACKed would have duplicates of those re-ACKed below their PSNs, forever.
+                let last = packet::psn_add(p, n - 1);
+                if packet::psn_cmp(last, s.resp.last_acked) == std::cmp::Ordering::Greater {
+                    s.resp.last_acked = last;
+                }
             }
             _ => {}
         }
