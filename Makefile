@@ -106,6 +106,7 @@ test-soft: $(BUILD_DEP)
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 	bash tests/soft/netns.sh
 	SOFT_WIRE=roce bash tests/soft/run.sh
+	SOFT_WIRE=roce-lo bash tests/soft/run.sh
 	bash tests/soft/local.sh
 	bash tests/soft/faults.sh
 	tests/pyverbs/prepare.sh

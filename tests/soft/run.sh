@@ -3,9 +3,10 @@
 # pair under a timeout: server in the background, client in the foreground.
 #   tests/soft/run.sh [name ...]    (default: every pair)
 #   SOFT_WIRE=roce tests/soft/run.sh   the same pairs over RoCEv2 (SOFTVERBS_WIRE=roce):
-#       server and client each in a network namespace of its own, joined by a veth pair
-#       (a UDP port binds once per address, so two peers of one namespace cannot both
-#       receive on 4791); needs root
+#       server and client each in a network namespace of its own, joined by a veth pair;
+#       needs root
+#   SOFT_WIRE=roce-lo tests/soft/run.sh   the same over RoCEv2 on 127.0.0.1: one of the two
+#       processes owns UDP 4791 there and hands the other its packets (roce/share.rs)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 L=$PWD/build/bin/rdmacm-soft
@@ -14,7 +15,9 @@ out=build/soft-tests${SOFT_WIRE:+-$SOFT_WIRE}; rm -rf "$out"; mkdir -p "$out"
 pass=0; fail=0; only=("$@")
 SP=() CP=() NS=
 A=127.0.0.1
-if [ "${SOFT_WIRE:-}" = roce ]; then
+if [ "${SOFT_WIRE:-}" = roce-lo ]; then
+	SP=(env SOFTVERBS_WIRE=roce) CP=(env SOFTVERBS_WIRE=roce)
+elif [ "${SOFT_WIRE:-}" = roce ]; then
 	if [ "$(id -u)" -ne 0 ]; then echo "soft (RoCEv2): needs root (network namespaces)"; echo "soft: 0 passed, 1 failed"; exit 1; fi
 	na=rdmacmrs-ra-$$ nb=rdmacmrs-rb-$$
 	trap 'ip netns del $na 2>/dev/null; ip netns del $nb 2>/dev/null' EXIT
@@ -73,7 +76,7 @@ pair ib_write_bw 1 7308 "ib_write_bw -R -p 7308" "ib_write_bw -R -p 7308 $A" "BW
 pair ib_read_lat 1 7309 "ib_read_lat -R -p 7309" "ib_read_lat -R -p 7309 $A" "t_avg"
 pair ib_send_bw_ud 1 7310 "ib_send_bw -R -c UD -p 7310" "ib_send_bw -R -c UD -p 7310 $A" "BW average"
 
-if [ "${SOFT_WIRE:-}" = roce ]; then
+if [ -n "${SOFT_WIRE:-}" ]; then
 	# Verbs-only pairs (QP numbers over their own TCP), the wire chosen by softverbs.
 	pair ibv_rc_pingpong 1 18515 "ibv_rc_pingpong -g 0 -s 65536 -n 50" "ibv_rc_pingpong -g 0 -s 65536 -n 50 $A" "iters in"
 	pair ibv_ud_pingpong 1 18515 "ibv_ud_pingpong -g 0 -s 1024 -n 50" "ibv_ud_pingpong -g 0 -s 1024 -n 50 $A" "iters in"
@@ -92,7 +95,7 @@ if [ "${SOFT_WIRE:-}" = roce ]; then
 			echo "FAIL two_servers: exits (servers, clients)$rcs"; fail=$((fail+1)); tail -n 3 "$out"/two-*.log
 		fi
 	fi
-	echo "soft (RoCEv2): $pass passed, $fail failed"
+	echo "soft ($SOFT_WIRE): $pass passed, $fail failed"
 	[ $fail -eq 0 ]
 	exit
 fi
