@@ -121,8 +121,11 @@ struct Requester {
     /// An RNR NAK asked us to wait until then, then resend from that PSN.
     rnr_until: Option<(Instant, u32)>,
     blocked: bool,
-    /// An implied NAK started a resend; no other starts one before progress.
-    implied_retry: bool,
+    /// A sequence NAK or an implied NAK started a resend: until an ACK shows progress,
+    /// no other one starts one (rxe's `started_retry`; the timer still does). Each
+    /// duplicate that a resend reaches is re-ACKed, each packet after a gap can bring a
+    /// NAK: were each to resend the window, resends would breed resends.
+    retrying: bool,
 }
 
 struct Responder {
@@ -163,7 +166,7 @@ impl St {
                 deadline: None,
                 rnr_until: None,
                 blocked: false,
-                implied_retry: false,
+                retrying: false,
             },
             resp: Responder {
                 epsn,
@@ -520,12 +523,10 @@ impl RoceLink {
                         self.complete_upto(s, psn, out);
                         // An ACK past an outstanding READ or atomic: its response was lost.
                         // Past its last PSN, as rxe's check_psn (our responder re-ACKs
-                        // duplicates with a READ's last PSN once it answered the READ); and
-                        // once until progress, as rxe's started_retry: every duplicate the
-                        // resend reaches is re-ACKed, and each would start another resend.
+                        // duplicates with a READ's last PSN once it answered the READ).
                         if let Some(m) = s.req.out.front() {
-                            if m.kind != Kind::SendWrite && packet::psn_cmp(psn, m.last()) == std::cmp::Ordering::Greater && !s.req.implied_retry {
-                                s.req.implied_retry = true;
+                            if m.kind != Kind::SendWrite && packet::psn_cmp(psn, m.last()) == std::cmp::Ordering::Greater && !s.req.retrying {
+                                s.req.retrying = true;
                                 self.resend_from(s, None);
                             }
                         }
@@ -548,7 +549,7 @@ impl RoceLink {
                 if s.req.out.len() != before {
                     s.req.retries = 0;
                     s.req.rnrs = 0;
-                    s.req.implied_retry = false;
+                    s.req.retrying = false;
                     s.req.deadline = if s.req.out.is_empty() { None } else { s.req.timeout.map(|t| Instant::now() + t) };
                 }
             }
@@ -565,11 +566,15 @@ impl RoceLink {
             AckKind::Nak(code) => {
                 self.complete_upto(s, packet::psn_add(psn, 0x00ff_ffff), out);
                 if code == 0 {
+                    if s.req.retrying {
+                        return;
+                    }
                     if s.req.retry_cnt != 7 && s.req.retries >= s.req.retry_cnt {
                         self.fail_front(s, Syndrome::NoQp, out);
                         return;
                     }
                     s.req.retries += 1;
+                    s.req.retrying = true;
                     self.resend_from(s, Some(psn));
                     return;
                 }

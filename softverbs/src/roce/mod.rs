@@ -35,3 +35,5 @@ pub fn imm_from_wire(wire: u32) -> u32 {
 
 #[cfg(test)]
 mod packet_tests;
+#[cfg(test)]
+mod link_tests;
