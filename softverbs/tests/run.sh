@@ -7,6 +7,8 @@
 #   5. the C behaviour tests in tests/c (two contexts over 127.0.0.1), also under valgrind
 #   6. Debian's verbs-only programs (perftest, qperf) as two processes
 #   7. the verbs trace (RDMACM_RS_TRACE) over an rping pair
+#   8. roce_fuzz.py: hostile RoCEv2 packets from a fake peer, in a network namespace of its
+#      own (root; about 20 s)
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -161,7 +163,16 @@ for v in 1 stderr; do
   else bad "verbs trace to stderr (RDMACM_RS_TRACE=$v)"; head -5 "$out/trace.stderr"; fi
 done
 
-# 8. libFuzzer run of the frame decoder, only where cargo-fuzz and nightly are installed
+# 8. RoCEv2 receive path under hostile packets: no crash, no byte touched outside an MR
+#    with the right access, no READ data from outside one (ROCE_FUZZ_SEED: another seed)
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP RoCEv2 fuzz (needs root: a network namespace of its own)"
+elif PYTHONDONTWRITEBYTECODE=1 timeout 120 /usr/bin/python3 softverbs/tests/roce_fuzz.py --seed "${ROCE_FUZZ_SEED:-1}" \
+     --seconds 20 --packets 40000 > "$out/roce_fuzz.txt" 2>&1; then
+  ok "RoCEv2 fuzz: $(sed -n 's/^roce_fuzz: \([0-9]* packets\).* in \([0-9]* rounds\), \([0-9.]* s\) barrage.*(seed \([0-9]*\)).*/\1 in \2, \3, seed \4/p' "$out/roce_fuzz.txt"), no crash or stray access"
+else bad "RoCEv2 fuzz (log: $out/roce_fuzz.txt)"; grep -v '^  sent, by kind' "$out/roce_fuzz.txt" | tail -n 30; fi
+
+# 9. libFuzzer run of the frame decoder, only where cargo-fuzz and nightly are installed
 if command -v cargo-fuzz > /dev/null && rustup toolchain list 2>/dev/null | grep -q nightly; then
   if (cd softverbs/fuzz && timeout 600 cargo +nightly fuzz run decode -- -max_total_time=10) > "$out/fuzz.txt" 2>&1; then
     ok "cargo-fuzz decode: $(grep -o 'Done [0-9]* runs' "$out/fuzz.txt" | tail -1), no crash"

@@ -732,7 +732,9 @@ impl RoceLink {
         }
         if first {
             let reth = h.reth.unwrap_or_default();
-            s.resp.asm = Some(Asm { write, reth, buf: Vec::with_capacity(if write { reth.len as usize } else { payload.len() }) });
+            // The RETH's length is the peer's word, up to 4 GiB: reserve no more than a message may hold.
+            let cap = if write { (reth.len as usize).min(crate::net::frame::MAX_MSG as usize) } else { payload.len() };
+            s.resp.asm = Some(Asm { write, reth, buf: Vec::with_capacity(cap) });
         }
         let Some(asm) = s.resp.asm.as_mut() else { return };
         if asm.write != write || asm.buf.len() + payload.len() > crate::net::frame::MAX_MSG as usize {
