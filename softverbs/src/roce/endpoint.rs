@@ -424,6 +424,14 @@ impl Endpoint {
     /// Sends one UDP payload (headers .. ICRC) from `src`'s socket to `dst:4791`.
     pub fn send_to(&self, src: Ipv4Addr, dst: Ipv4Addr, bytes: &[u8]) {
         self.try_own();
+        // To an address whose 4791 we own, for another process of ours: hand it on now.
+        // Through the socket it would wait in our own receive queue, and be lost if we
+        // exit first (a UD reply, say, right before the program ends).
+        if self.socks.iter().position(|(a, _)| *a == dst).is_some_and(|i| self.owning[i].load(Ordering::Relaxed))
+            && self.forwarded(dst, src, self.sport(src), bytes)
+        {
+            return;
+        }
         let Some((_, fd)) = self.socks.iter().find(|(a, _)| *a == src) else { return };
         let Some((ss, len)) = crate::net::addr::to_storage(&SocketAddr::from((dst, ROCE_PORT)), false) else { return };
         // SAFETY: bytes is a live slice; ss holds a valid sockaddr of len bytes.
