@@ -799,8 +799,10 @@ impl RoceLink {
                 };
                 // A retry may resume mid-way: same key, inside the original range.
                 let off = packet::psn_diff(psn, rec.first) as u64 * self.mtu as u64;
-                let (lo, hi) = (rec.reth.va + off, rec.reth.va + rec.reth.len as u64);
-                if reth.rkey != rec.reth.rkey || reth.va < lo.min(rec.reth.va) || reth.va + reth.len as u64 > hi {
+                // The peer's numbers: no sum may wrap (a wrapped end would pass the check).
+                let (lo, hi) = (rec.reth.va.saturating_add(off), rec.reth.va.saturating_add(rec.reth.len as u64));
+                let end = reth.va.checked_add(reth.len as u64);
+                if reth.rkey != rec.reth.rkey || reth.va < lo.min(rec.reth.va) || end.is_none_or(|e| e > hi) {
                     return;
                 }
                 self.deliver_read(s, psn, reth, out);
@@ -892,6 +894,11 @@ impl RoceLink {
     /// A packet for this QP (ICRC, P_Key, source address already checked).
     pub fn on_packet(&self, h: &Headers, payload: &[u8]) -> Vec<Deliver> {
         let mut out = Vec::new();
+        // The opcode's transport must be the QP's (rxe drops a UC opcode at an RC QP, and
+        // the reverse); from here on only its low 5 bits are looked at.
+        if h.bth.opcode >> 5 != if self.uc { 1 } else { 0 } {
+            return Vec::new();
+        }
         let mut s = lock(&self.st);
         let opc = h.bth.opcode & 0x1f;
         let is_resp = (op::RC_READ_RESPONSE_FIRST..=op::RC_ATOMIC_ACK).contains(&opc);
