@@ -209,7 +209,7 @@ fn transmit(s: &Arc<SoftId>, tid: u64, msg: CmMsg) -> Result<()> {
         (rc, matches!(msg, CmMsg::Req(_) | CmMsg::Rep(_) | CmMsg::Dreq(_) | CmMsg::SidrReq(_)))
     };
     let bytes = mad::encode(tid, 0, &msg);
-    if matches!(msg, CmMsg::Req(_) | CmMsg::SidrRep(_)) {
+    if matches!(msg, CmMsg::Req(_) | CmMsg::SidrReq(_) | CmMsg::SidrRep(_)) {
         if let Some(r) = s.st().roce.as_mut() {
             r.sent = Some(Box::new(bytes));
         }
@@ -490,6 +490,10 @@ fn on_mad(from: Ipv4Addr, to: Ipv4Addr, tid: u64, msg: CmMsg) {
         CmMsg::SidrReq(req) => on_sidr_req(from, to, tid, &req),
         CmMsg::SidrRep(rep) => {
             let Some(s) = id_of(rep.request_id, from) else { return };
+            // No listener (yet): the same gap as a REJ 8 (perftest -R's UD mode listens again).
+            if rep.status == mad::sidr_status::NO_LISTENER && ask_again(&s) {
+                return;
+            }
             answered(&s, None, None);
             let mut m = Msg::new(Kind::SidrRep);
             m.status = rep.status as u32;
@@ -590,6 +594,12 @@ fn refused_retry(s: &Arc<SoftId>, rej: &mad::Rej) -> bool {
     if rej.reason != mad::rej_reason::INVALID_SERVICE_ID || rej.msg_rejected != mad::msg_kind::REQ {
         return false;
     }
+    ask_again(s)
+}
+
+/// Sends our REQ (or SIDR_REQ) again after `REFUSED_GAP`, unless that was done
+/// `REFUSED_RETRIES` times already. True if it will be.
+fn ask_again(s: &Arc<SoftId>) -> bool {
     let (rc, gen) = {
         let mut st = s.st();
         if st.phase.get() != Phase::ReqSent {

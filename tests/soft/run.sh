@@ -5,8 +5,9 @@
 #   SOFT_WIRE=roce tests/soft/run.sh   the same pairs over RoCEv2 (SOFTVERBS_WIRE=roce):
 #       server and client each in a network namespace of its own, joined by a veth pair;
 #       needs root
-#   SOFT_WIRE=roce-lo tests/soft/run.sh   the same over RoCEv2 on 127.0.0.1: one of the two
-#       processes owns UDP 4791 there and hands the other its packets (roce/share.rs)
+#   SOFT_WIRE=roce-lo tests/soft/run.sh   the same over RoCEv2 on 127.0.0.1 (in a network
+#       namespace of their own): one of the two processes owns UDP 4791 there and hands the
+#       other its packets (roce/share.rs); needs root
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 L=$PWD/build/bin/rdmacm-soft
@@ -16,7 +17,14 @@ pass=0; fail=0; only=("$@")
 SP=() CP=() NS=
 A=127.0.0.1
 if [ "${SOFT_WIRE:-}" = roce-lo ]; then
-	SP=(env SOFTVERBS_WIRE=roce) CP=(env SOFTVERBS_WIRE=roce)
+	# A namespace of their own: the process owning 127.0.0.1:4791 hands the others their
+	# packets, and a soft-fabric process of another suite (running at the same time in
+	# make check's other lane) must neither be that owner nor be handed anything.
+	if [ "$(id -u)" -ne 0 ]; then echo "soft (roce-lo): needs root (a network namespace)"; echo "soft: 0 passed, 1 failed"; exit 1; fi
+	nl=rdmacmrs-rl-$$
+	trap 'ip netns del $nl 2>/dev/null' EXIT
+	ip netns add $nl && ip -n $nl link set lo up || { echo "soft (roce-lo): cannot create a namespace"; exit 1; }
+	SP=(ip netns exec $nl env SOFTVERBS_WIRE=roce) CP=("${SP[@]}") NS=$nl
 elif [ "${SOFT_WIRE:-}" = roce ]; then
 	if [ "$(id -u)" -ne 0 ]; then echo "soft (RoCEv2): needs root (network namespaces)"; echo "soft: 0 passed, 1 failed"; exit 1; fi
 	na=rdmacmrs-ra-$$ nb=rdmacmrs-rb-$$
