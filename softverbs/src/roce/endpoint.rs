@@ -695,20 +695,7 @@ impl Endpoint {
             }
             return;
         }
-        let mut f = Header::new(Op::UdSend);
-        f.dst_qpn = h.bth.dqpn;
-        f.src_qpn = d.src_qp;
-        f.qkey = d.qkey;
-        f.sgid = super::gid_of_v4(src);
-        f.dgid = super::gid_of_v4(me);
-        if let Some(imm) = h.imm {
-            f.flags |= F_IMM;
-            f.imm = super::imm_from_wire(imm);
-        }
-        if h.bth.se {
-            f.flags |= F_SOLICITED;
-        }
-        f.payload_len = payload.len() as u32;
+        let f = super::ud_frame(h, d, src, me, payload.len());
         if let Some(qp) = self.find_qp(f.dst_qpn) {
             ud::on_datagram(&qp.ctx, &f, payload, None);
         }

@@ -37,7 +37,7 @@
 use super::icrc::solve_id_v4;
 use super::packet::{self, ROCE_PORT};
 use crate::core::registry::{lock, try_lock};
-use crate::net::frame::{Header, Op, F_IMM, F_MCAST, F_SOLICITED};
+use crate::net::frame::F_MCAST;
 use crate::qp::{ud, Qp};
 use crate::sys::{cerr, owned};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -235,20 +235,8 @@ fn on_datagram(g: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8], members: &[(
     if solve_id_v4(src, g, sport, ROCE_PORT, data).is_none() {
         return false;
     }
-    let mut f = Header::new(Op::UdSend);
-    f.flags = F_MCAST;
-    f.src_qpn = d.src_qp;
-    f.qkey = d.qkey;
-    f.sgid = super::gid_of_v4(src);
-    f.dgid = super::gid_of_v4(g);
-    if let Some(imm) = h.imm {
-        f.flags |= F_IMM;
-        f.imm = super::imm_from_wire(imm);
-    }
-    if h.bth.se {
-        f.flags |= F_SOLICITED;
-    }
-    f.payload_len = payload.len() as u32;
+    let mut f = super::ud_frame(&h, d, src, g, payload.len());
+    f.flags |= F_MCAST;
     for (qpn, w) in members {
         if let Some(qp) = live(*qpn, w) {
             f.dst_qpn = *qpn;

@@ -33,6 +33,27 @@ pub fn imm_from_wire(wire: u32) -> u32 {
     u32::from_ne_bytes(wire.to_be_bytes())
 }
 
+/// The stream protocol's UD frame for a RoCEv2 UD packet from `src` to `dst` (a unicast
+/// address or a group): what `qp::ud::on_datagram` takes, on either path.
+pub fn ud_frame(h: &packet::Headers, d: packet::Deth, src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize) -> crate::net::frame::Header {
+    use crate::net::frame::{Header, Op, F_IMM, F_SOLICITED};
+    let mut f = Header::new(Op::UdSend);
+    f.dst_qpn = h.bth.dqpn;
+    f.src_qpn = d.src_qp;
+    f.qkey = d.qkey;
+    f.sgid = gid_of_v4(src);
+    f.dgid = gid_of_v4(dst);
+    if let Some(imm) = h.imm {
+        f.flags |= F_IMM;
+        f.imm = imm_from_wire(imm);
+    }
+    if h.bth.se {
+        f.flags |= F_SOLICITED;
+    }
+    f.payload_len = payload_len as u32;
+    f
+}
+
 #[cfg(test)]
 mod packet_tests;
 #[cfg(test)]
