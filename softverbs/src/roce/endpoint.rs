@@ -104,6 +104,20 @@ fn bind_udp(ip: Ipv4Addr, port: u16) -> Option<OwnedFd> {
     Some(fd)
 }
 
+/// Whether another soft-fabric process of ours owns UDP 4791 on `ip`. It binds the port
+/// before it writes its registry claim, so a process that starts at the same moment
+/// (two servers launched together) waits a little for the claim before it concludes that
+/// someone else (rdma_rxe) holds the port.
+fn owner_of(ip: Ipv4Addr) -> bool {
+    for _ in 0..25 {
+        if crate::net::peers::roce_owner(ip).is_some() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(8));
+    }
+    false
+}
+
 /// The port a socket is bound to.
 fn bound_port(fd: &OwnedFd) -> u16 {
     crate::net::addr::local_addr(fd.as_raw_fd()).map_or(0, |a| a.port())
@@ -284,7 +298,7 @@ impl Endpoint {
                 None => {
                     let e = std::io::Error::last_os_error();
                     // Another soft-fabric process of ours owns it: it hands us our packets.
-                    if crate::net::peers::roce_owner(ip).is_some() {
+                    if owner_of(ip) {
                         if let Some(fd) = bind_udp(ip, 0) {
                             socks.push((ip, fd));
                             owning.push(false);
