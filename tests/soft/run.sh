@@ -83,6 +83,14 @@ pair ib_send_lat 1 7307 "ib_send_lat -R -p 7307" "ib_send_lat -R -p 7307 $A" "t_
 pair ib_write_bw 1 7308 "ib_write_bw -R -p 7308" "ib_write_bw -R -p 7308 $A" "BW average"
 pair ib_read_lat 1 7309 "ib_read_lat -R -p 7309" "ib_read_lat -R -p 7309 $A" "t_avg"
 pair ib_send_bw_ud 1 7310 "ib_send_bw -R -c UD -p 7310" "ib_send_bw -R -c UD -p 7310 $A" "BW average"
+# RNR across a connection: a SEND with no receive posted fails with rnr_retry 0 and
+# waits (RNR NAKs over RoCEv2, parked over streams) with 7 (tests/soft/rnr_pair.c).
+if want rnr_pair; then
+	if cc -Wall -Wextra -Werror -O1 -Iinclude -Ic-examples -o "$out/rnr_pair" tests/soft/rnr_pair.c -Lbuild/lib -lrdmacm -libverbs \
+		-Wl,-rpath-link,build/lib > "$out/rnr_pair.build" 2>&1; then
+		pair rnr_pair 1 7315 "$PWD/$out/rnr_pair server $A 7315" "$PWD/$out/rnr_pair client $A 7315" "rnr_pair: ok"
+	else echo "FAIL rnr_pair: does not build"; cat "$out/rnr_pair.build"; fail=$((fail+1)); fi
+fi
 
 if [ -n "${SOFT_WIRE:-}" ]; then
 	# Verbs-only pairs (QP numbers over their own TCP), the wire chosen by softverbs.

@@ -206,6 +206,20 @@ case_write_bw_R() { cm_pair "ib_write_bw -R -n 200 -s 65536" 18515 "ib_write_bw 
 case_send_bw_UD() { cm_pair "ib_send_bw -R -c UD -n 200" 18515 "ib_send_bw -R -c UD -n 200" "ib_send_bw -R -c UD -n 200 @S"; }
 case_rstream()   { cm_pair "rstream -C 100 -S 4096" 7471 "rstream -C 100 -S 4096" "rstream -s @S -C 100 -S 4096"; }
 
+# RNR: a SEND with no receive posted, with rnr_retry_count 0 (RNR_RETRY_EXC_ERR) and 7
+# (completes once the receive is posted), each side the responder once (tests/soft/rnr_pair.c).
+case_rnr() {
+  local rnr=$RES/rnr_pair
+  want "rnr_pair" || return 0
+  if ! cc -Wall -Wextra -Werror -O1 -I"$ROOT/include" -I"$ROOT/c-examples" -o "$rnr" "$ROOT/tests/soft/rnr_pair.c" \
+      -L"$ROOT/build/lib" -lrdmacm -libverbs -Wl,-rpath-link,"$ROOT/build/lib" >"$RES/rnr_pair.build" 2>&1; then
+    res 1 "rnr_pair: does not build" "$RES/rnr_pair.build" /dev/null 0 ""
+    return
+  fi
+  pair "rnr_pair: guest server" guest 7475 rnr_pair "$rnr server $GUEST_IP 7475" "$rnr client $GUEST_IP 7475"
+  pair "rnr_pair: host server" host 7475 - "$rnr client $HOST_IP 7475" "$rnr server $HOST_IP 7475"
+}
+
 # A connect with no listener: REJECTED with the kernel CM's status (8, invalid service id).
 # Towards the host, some soft-fabric process must run there (a listener on another port):
 # with none, nothing holds UDP 4791 and nobody answers (there is no daemon).
@@ -258,7 +272,7 @@ case_killed_peer() {
 
 for c in ud_pingpong rc_pingpong rc_pingpong_big send_lat write_bw read_lat \
          rping udaddy ucmatose mckey rdma_server send_lat_R read_lat_R write_bw_R send_bw_UD rstream \
-         no_listener two_servers killed_peer; do
+         rnr no_listener two_servers killed_peer; do
   "case_$c"
 done
 

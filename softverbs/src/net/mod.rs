@@ -53,6 +53,11 @@ pub trait Link: Send + Sync {
     /// The QP starts transmitting on this link (it is RTS; `st` is its locked state): a
     /// link that needs the send side's attributes takes them now.
     fn bind_requester(&self, _st: &crate::qp::QpState) {}
+    /// The peer retransmits what it is refused (RoCEv2): a SEND that finds no receive is
+    /// dropped with an RNR NAK (`Syndrome::Rnr`) instead of waiting in the responder.
+    fn rnr_naks(&self) -> bool {
+        false
+    }
 }
 
 /// One context's endpoint.

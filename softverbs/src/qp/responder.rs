@@ -4,7 +4,8 @@
 //! RTR/RTS/SQD. A SEND (or WRITE_WITH_IMM) with no receive posted waits there — that is
 //! RNR: with the requester's `rnr_retry` = 7 it waits forever; otherwise, after
 //! `(rnr_retry + 1) × min_rnr_timer` the responder NAKs it (requester:
-//! `IBV_WC_RNR_RETRY_EXC_ERR`). Remote accesses are executed only inside a registered MR
+//! `IBV_WC_RNR_RETRY_EXC_ERR`). Over a link whose peer retransmits (RoCEv2) it is instead
+//! dropped with an RNR NAK, as an RNIC does (`Link::rnr_naks`). Remote accesses are executed only inside a registered MR
 //! of the QP's PD whose rkey, bounds and access flags allow it (and the QP's own
 //! `qp_access_flags`); otherwise a NAK (`IBV_WC_REM_ACCESS_ERR` at the requester) and
 //! nothing is touched. After a NAK, later requests on that link are dropped.
@@ -277,6 +278,16 @@ fn step(qp: &Qp, st: &mut QpState, h: &Header, payload: &[u8], link: &Arc<dyn Li
         Ok(Outcome::Nak(syn)) => {
             release(qp);
             nak(qp, st, link, h, syn);
+            Step::Next
+        }
+        Ok(Outcome::NoRecv) if link.rnr_naks() => {
+            // The requester sends it again after the RNR timer; the link's later requests,
+            // which it sends again too, must not run before it.
+            release(qp);
+            let mut r = response(Op::Ack, h, Syndrome::Rnr);
+            r.aux = st.attr.min_rnr_timer as u64;
+            link.send(r.frame(payload));
+            forget_link(qp, st, link);
             Step::Next
         }
         Ok(Outcome::NoRecv) => Step::Park,

@@ -86,8 +86,8 @@ impl OutMsg {
 /// A request handed to the responder, waiting for its response frame.
 #[derive(Clone, Copy)]
 enum Pend {
-    /// SEND/WRITE: ACK this PSN.
-    Ack(u32),
+    /// SEND/WRITE: ACK this PSN (the message's last); the request as handed over.
+    Ack(u32, Header),
     /// READ: responses from this PSN.
     Read(u32),
     Atomic(u32),
@@ -98,6 +98,14 @@ struct Asm {
     write: bool,
     reth: Reth,
     buf: Vec<u8>,
+}
+
+/// A SEND or WRITE with immediate refused for want of a receive (RNR NAK): handed to the
+/// responder again when its last packet comes again.
+struct Held {
+    psn: u32,
+    req: Header,
+    payload: Vec<u8>,
 }
 
 struct ReadRec {
@@ -140,6 +148,7 @@ struct Responder {
     atomics: VecDeque<(u32, [u8; 8])>,
     /// A NAK ended the connection's requests (the responder dropped the rest).
     failed: bool,
+    held: Option<Held>,
 }
 
 struct St {
@@ -179,6 +188,7 @@ impl St {
                 reads: VecDeque::new(),
                 atomics: VecDeque::new(),
                 failed: false,
+                held: None,
             },
             uc_done: Vec::new(),
         }
@@ -634,10 +644,22 @@ impl RoceLink {
         h.dst_qpn = self.lqpn;
         h.src_qpn = self.rqpn;
         h.psn = s.resp.int_psn;
-        // The requester's RNR retries are its own (it retransmits); the responder waits.
+        // The responder never waits for a receive on this link (it NAKs RNR, `rnr_naks`):
+        // no RNR clock of its own.
         h.rnr_retry = 7;
         s.resp.int_psn = (s.resp.int_psn + 1) & 0x00ff_ffff;
         h
+    }
+
+    /// The last packet of a message refused RNR came again: the responder gets the whole
+    /// message again (its earlier packets were taken; the NAK acknowledged them).
+    fn redeliver(&self, s: &mut St, held: Held, out: &mut Vec<Deliver>) {
+        s.resp.epsn = packet::psn_add(held.psn, 1);
+        let mut r = held.req;
+        r.psn = s.resp.int_psn;
+        s.resp.int_psn = (s.resp.int_psn + 1) & 0x00ff_ffff;
+        s.resp.pend.push_back((r.psn, Pend::Ack(held.psn, r)));
+        out.push(Deliver::Request(r, held.payload));
     }
 
     fn on_request_pkt(&self, s: &mut St, h: &Headers, payload: &[u8], out: &mut Vec<Deliver>) {
@@ -669,6 +691,11 @@ impl RoceLink {
             std::cmp::Ordering::Equal => {}
         }
         s.resp.nak_seq_sent = false;
+        if let Some(held) = s.resp.held.take() {
+            if held.psn == psn && is_last_data(opc) {
+                return self.redeliver(s, held, out);
+            }
+        }
         match opc {
             op::RC_READ_REQUEST => {
                 let Some(reth) = h.reth else { return };
@@ -770,7 +797,7 @@ impl RoceLink {
         }
         r.payload_len = asm.buf.len() as u32;
         if !self.uc {
-            s.resp.pend.push_back((r.psn, Pend::Ack(psn)));
+            s.resp.pend.push_back((r.psn, Pend::Ack(psn, r)));
         }
         out.push(Deliver::Request(r, asm.buf));
     }
@@ -832,13 +859,25 @@ impl RoceLink {
         let Some(i) = s.resp.pend.iter().position(|(p, _)| *p == h.psn) else { return };
         let Some((_, pend)) = s.resp.pend.remove(i) else { return };
         let psn = match pend {
-            Pend::Ack(p) | Pend::Read(p) | Pend::Atomic(p) => p,
+            Pend::Ack(p, _) | Pend::Read(p) | Pend::Atomic(p) => p,
         };
+        if let (Syndrome::Rnr, Pend::Ack(p, req)) = (h.syndrome, pend) {
+            // Refused for want of a receive; the responder dropped this link's later
+            // requests too. The requester resends from this packet after the timer: until
+            // it does, later packets bring no sequence NAK.
+            s.resp.pend.truncate(i);
+            s.resp.held = Some(Held { psn: p, req, payload: payload.to_vec() });
+            s.resp.epsn = p;
+            s.resp.asm = None;
+            s.resp.nak_seq_sent = true;
+            self.ack(p, aeth::RNR_NAK | (h.aux as u8 & 0x1f), s.resp.msn);
+            return;
+        }
         if h.syndrome != Syndrome::Ok {
             let code = match h.syndrome {
                 Syndrome::RemAccess => aeth::NAK_REM_ACCESS,
                 Syndrome::RemInvReq => aeth::NAK_INV_REQ,
-                Syndrome::RemOp | Syndrome::RnrExceeded => aeth::NAK_REM_OP,
+                Syndrome::RemOp | Syndrome::RnrExceeded | Syndrome::Rnr => aeth::NAK_REM_OP,
                 // Not our peer: rxe drops such packets silently.
                 Syndrome::NoQp | Syndrome::Ok => return,
             };
@@ -849,7 +888,7 @@ impl RoceLink {
         s.resp.msn = (s.resp.msn + 1) & 0x00ff_ffff;
         let msn = s.resp.msn;
         match (pend, h.op) {
-            (Pend::Ack(p), Op::Ack) => {
+            (Pend::Ack(p, _), Op::Ack) => {
                 s.resp.last_acked = p;
                 self.ack(p, aeth::ACK, msn);
             }
@@ -1017,4 +1056,16 @@ impl Link for RoceLink {
     fn bind_requester(&self, st: &QpState) {
         RoceLink::bind_requester(self, st);
     }
+
+    fn rnr_naks(&self) -> bool {
+        !self.uc
+    }
+}
+
+/// The packet that ends a SEND or WRITE (the one a receive is taken for).
+fn is_last_data(opc: u8) -> bool {
+    matches!(
+        opc,
+        op::RC_SEND_LAST | op::RC_SEND_LAST_IMM | op::RC_SEND_LAST_INV | op::RC_SEND_ONLY | op::RC_SEND_ONLY_IMM | op::RC_SEND_ONLY_INV | op::RC_WRITE_LAST_IMM | op::RC_WRITE_ONLY_IMM
+    )
 }

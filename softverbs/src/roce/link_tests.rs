@@ -1023,6 +1023,57 @@ fn roce_link_responder_duplicate_send() {
 }
 
 #[test]
+fn roce_link_responder_rnr_nak() {
+    // No receive posted: the QP layer refuses the SEND (Syndrome::Rnr, its min_rnr_timer in
+    // aux, the payload back); the link NAKs RNR at the message's last PSN, drops what came
+    // after it, and hands the whole message over again when the last packet comes again.
+    let t = resp_side();
+    let data = pat(1524, 15);
+    t.inject(rq(op::RC_SEND_FIRST, 500, false), &data[..1024]);
+    let mut last = rq(op::RC_SEND_LAST_IMM, 501, false);
+    last.bth.se = true;
+    last.imm = Some(0x0102_0304);
+    let d = t.inject(last, &data[1024..]);
+    let (r1, p1) = reqs(&d)[0].clone();
+    let mut w = rq(op::RC_WRITE_ONLY, 502, true);
+    w.reth = Some(Reth { va: 0x9000, rkey: 7, len: 3 });
+    let r2 = reqs(&t.inject(w, &[1, 2, 3]))[0].0;
+    let mut no = answer(&r1, Op::Ack, Syndrome::Rnr);
+    no.aux = 14;
+    t.frame(no, &p1);
+    let p = t.sent();
+    assert_eq!(opcodes(&p), [op::RC_ACK]);
+    assert_eq!(psns(&p), [501]);
+    assert_eq!(p[0].h.aeth, Some(Aeth { syndrome: aeth::RNR_NAK | 14, msn: 0 }));
+    // The responder dropped the WRITE behind it: its late answer goes nowhere.
+    answer_ack(&t, &r2);
+    // Packets in flight behind the refused one: neither taken nor NAKed.
+    assert!(t.inject(rq(op::RC_SEND_ONLY, 503, true), &[9]).is_empty());
+    t.nothing_sent();
+    // rxe resends from its first unacknowledged packet: the FIRST is a duplicate.
+    assert!(t.inject(rq(op::RC_SEND_FIRST, 500, false), &data[..1024]).is_empty());
+    t.sent();
+    // The last packet again: the whole message, as first delivered, under a new PSN.
+    let mut again = rq(op::RC_SEND_LAST_IMM, 501, true);
+    again.bth.se = true;
+    again.imm = Some(0x0102_0304);
+    let d = t.inject(again, &data[1024..]);
+    let (h, p) = reqs(&d)[0].clone();
+    assert_eq!(p, data);
+    assert_eq!((h.op, h.flags, h.imm, h.payload_len), (Op::Send, F_IMM | F_SOLICITED, r1.imm, 1524));
+    assert_ne!(h.psn, r1.psn);
+    answer_ack(&t, &h);
+    let p = t.sent();
+    assert_eq!(psns(&p), [501]);
+    assert_eq!(p[0].h.aeth, Some(Aeth { syndrome: aeth::ACK, msn: 1 }));
+    // And what followed it is taken again.
+    let mut w = rq(op::RC_WRITE_ONLY, 502, true);
+    w.reth = Some(Reth { va: 0x9000, rkey: 7, len: 3 });
+    let d = t.inject(w, &[1, 2, 3]);
+    assert_eq!(reqs(&d)[0].0.raddr, 0x9000);
+}
+
+#[test]
 fn roce_link_responder_read_and_duplicate_read() {
     let t = resp_side();
     let mut r = rq(op::RC_READ_REQUEST, 500, true);

@@ -1,0 +1,208 @@
+/* RNR (receiver not ready) across a connection, as a pair of processes:
+ *   rnr_pair server IP PORT      accepts two connections and posts no receive
+ *                                 on the first; on the second it posts one 300 ms
+ *                                 after ESTABLISHED and checks what lands in it
+ *   rnr_pair client IP PORT      connects twice and sends one message each time
+ * First connection, rnr_retry_count 0: the SEND finds no receive, and the
+ * client's completion is IBV_WC_RNR_RETRY_EXC_ERR (one RNR NAK, no retry).
+ * Second, rnr_retry_count 7: the SEND is refused until the receive is posted,
+ * then completes with IBV_WC_SUCCESS and its bytes arrive intact.
+ * Both sides ask for the same rnr_retry_count (the IB CM gives the active side
+ * the REP's and the passive side the REQ's). Exit 0 when everything held. */
+#include "dev.h" /* c-examples: fatal, dev_wait, now_ms, sleep_ms */
+
+static struct rdma_event_channel *ch;
+
+static void die(const char *what)
+{
+	fatal("%s: %s", what, strerror(errno));
+}
+
+static struct rdma_cm_event *expect(enum rdma_cm_event_type t, int ms)
+{
+	struct rdma_cm_event *ev;
+	int r = dev_wait(ch, ms, &ev);
+
+	if (r < 0)
+		die("rdma_get_cm_event");
+	if (r || ev->event != t)
+		fatal("wanted %s, got %s", rdma_event_str(t), r ? "nothing" : rdma_event_str(ev->event));
+	return ev;
+}
+
+struct conn {
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	char buf[4096];
+};
+
+static void make_qp(struct conn *c)
+{
+	struct ibv_qp_init_attr a = { .cap = { 4, 4, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
+
+	if (!(c->pd = ibv_alloc_pd(c->id->verbs)) || !(c->cq = ibv_create_cq(c->id->verbs, 8, NULL, NULL, 0)))
+		die("ibv_alloc_pd/ibv_create_cq");
+	if (!(c->mr = ibv_reg_mr(c->pd, c->buf, sizeof(c->buf), IBV_ACCESS_LOCAL_WRITE)))
+		die("ibv_reg_mr");
+	a.send_cq = a.recv_cq = c->cq;
+	if (rdma_create_qp(c->id, c->pd, &a))
+		die("rdma_create_qp");
+}
+
+static void end(struct conn *c, int active)
+{
+	if (active && rdma_disconnect(c->id))
+		die("rdma_disconnect");
+	rdma_ack_cm_event(expect(RDMA_CM_EVENT_DISCONNECTED, 15000));
+	rdma_destroy_qp(c->id);
+	ibv_dereg_mr(c->mr);
+	ibv_destroy_cq(c->cq);
+	ibv_dealloc_pd(c->pd);
+	rdma_destroy_id(c->id);
+}
+
+/* One completion within ms; its status, or -1. */
+static int poll1(struct conn *c, int ms, struct ibv_wc *wc)
+{
+	long long until = now_ms() + ms;
+
+	while (now_ms() < until) {
+		int n = ibv_poll_cq(c->cq, 1, wc);
+
+		if (n < 0)
+			die("ibv_poll_cq");
+		if (n)
+			return wc->status;
+		sleep_ms(1);
+	}
+	return -1;
+}
+
+/* The message of round r: 3000 bytes (several packets at a 1024-byte MTU). */
+static void fill(char *b, int r)
+{
+	for (int i = 0; i < 3000; i++)
+		b[i] = (char)(i * 7 + r);
+}
+
+static int server(struct rdma_addrinfo *ai)
+{
+	struct rdma_cm_id *lid;
+	int fails = 0;
+
+	if (rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) || rdma_bind_addr(lid, ai->ai_src_addr) || rdma_listen(lid, 2))
+		die("listen");
+	for (int r = 0; r < 2; r++) {
+		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
+					      .rnr_retry_count = r ? 7 : 0 };
+		struct rdma_cm_event *ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 30000);
+		struct conn c = { .id = ev->id };
+		struct ibv_wc wc;
+		char want[3000];
+
+		rdma_ack_cm_event(ev);
+		make_qp(&c);
+		if (rdma_accept(c.id, &cp))
+			die("rdma_accept");
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 15000));
+		if (r) {
+			struct ibv_sge sge = { (uintptr_t)c.buf, sizeof(c.buf), c.mr->lkey };
+			struct ibv_recv_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+			sleep_ms(300);
+			if (ibv_post_recv(c.id->qp, &wr, &bad))
+				die("ibv_post_recv");
+			fill(want, 1);
+			if (poll1(&c, 15000, &wc) != IBV_WC_SUCCESS || wc.byte_len != 3000 || memcmp(c.buf, want, 3000)) {
+				printf("round 2: receive status %s, %u bytes%s\n", ibv_wc_status_str(wc.status), wc.byte_len,
+				       memcmp(c.buf, want, 3000) ? ", data differs" : "");
+				fails++;
+			} else {
+				printf("round 2: received 3000 bytes intact\n");
+			}
+		}
+		end(&c, 0);
+	}
+	rdma_destroy_id(lid);
+	return fails;
+}
+
+static int client(struct rdma_addrinfo *ai)
+{
+	int fails = 0;
+
+	for (int r = 0; r < 2; r++) {
+		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
+					      .rnr_retry_count = r ? 7 : 0 };
+		struct ibv_sge sge;
+		struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+		struct conn c = { 0 };
+		struct ibv_wc wc;
+		int want = r ? IBV_WC_SUCCESS : IBV_WC_RNR_RETRY_EXC_ERR, got;
+		long long t0;
+
+		if (rdma_create_id(ch, &c.id, NULL, RDMA_PS_TCP) || rdma_resolve_addr(c.id, NULL, ai->ai_dst_addr, 2000))
+			die("rdma_resolve_addr");
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
+		if (rdma_resolve_route(c.id, 2000))
+			die("rdma_resolve_route");
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
+		make_qp(&c);
+		/* Round 2 may find the server still tearing round 1 down: connect again. */
+		for (int tries = 0;; tries++) {
+			struct rdma_cm_event *ev;
+
+			if (rdma_connect(c.id, &cp))
+				die("rdma_connect");
+			if (dev_wait(ch, 15000, &ev))
+				fatal("no answer to the connect");
+			if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
+				rdma_ack_cm_event(ev);
+				break;
+			}
+			if (ev->event != RDMA_CM_EVENT_REJECTED || tries == 20)
+				fatal("connect: %s", rdma_event_str(ev->event));
+			rdma_ack_cm_event(ev);
+			sleep_ms(200);
+		}
+		fill(c.buf, r);
+		sge = (struct ibv_sge){ (uintptr_t)c.buf, 3000, c.mr->lkey };
+		t0 = now_ms();
+		if (ibv_post_send(c.id->qp, &wr, &bad))
+			die("ibv_post_send");
+		got = poll1(&c, 20000, &wc);
+		printf("round %d (rnr_retry_count %d): send %s after %lld ms\n", r + 1, r ? 7 : 0,
+		       got < 0 ? "no completion" : ibv_wc_status_str(got), now_ms() - t0);
+		if (got != want) {
+			printf("  wanted %s\n", ibv_wc_status_str(want));
+			fails++;
+		}
+		end(&c, 1);
+	}
+	return fails;
+}
+
+int main(int argc, char **argv)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *ai;
+	int srv, fails;
+
+	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
+		fprintf(stderr, "usage: %s server|client IP PORT\n", argv[0]);
+		return 2;
+	}
+	srv = !strcmp(argv[1], "server");
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (srv)
+		hints.ai_flags = RAI_PASSIVE;
+	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &ai))
+		die("rdma_getaddrinfo");
+	if (!(ch = rdma_create_event_channel()))
+		die("rdma_create_event_channel");
+	fails = srv ? server(ai) : client(ai);
+	printf("%s\n", fails ? "rnr_pair: FAILED" : "rnr_pair: ok");
+	return fails != 0;
+}
