@@ -152,7 +152,7 @@ fn test_drop() -> bool {
     x ^= x >> 17;
     x ^= x << 5;
     X.store(x, Ordering::Relaxed);
-    x % n == 0
+    x.is_multiple_of(n)
 }
 
 /// The MTU of interface `ifindex`.
