@@ -246,6 +246,7 @@ impl Engine {
             let ticking = ctx.upgrade().map(|c| c.rnr_timers.load(Ordering::SeqCst) > 0).unwrap_or(false);
             let timeout = if ticking { 5 } else { -1 };
             let polls_before = self.polls.load(Ordering::SeqCst);
+            let ep_before = self.ep_polls();
             // SAFETY: events is a live buffer of 64 entries.
             let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout) };
             if n < 0 {
@@ -261,10 +262,16 @@ impl Engine {
                 responder::tick(&c);
             }
             let polled = self.polls.load(Ordering::SeqCst).wrapping_sub(polls_before);
-            if polled >= PARK_POLLS || (!any && polled > 0) {
-                self.park_while_polled(&c);
+            let ep_polled = self.ep_polls().wrapping_sub(ep_before);
+            if polled.max(ep_polled) >= PARK_POLLS || (!any && polled.max(ep_polled) > 0) {
+                self.park_while_polled(&c, &mut events);
             }
         }
+    }
+
+    /// Polls of the RoCEv2 endpoint shared with the process's other contexts.
+    fn ep_polls(&self) -> u64 {
+        self.roce.as_ref().map_or(0, |r| r.polls.load(Ordering::SeqCst))
     }
 
     /// An application thread is busy-polling (it made progress passes meanwhile, or took
@@ -273,18 +280,33 @@ impl Engine {
     /// locks) on every arrival, so sleep in 1 ms steps for as long as polls keep coming
     /// (≥ `PARK_POLLS` per step), then go back to `epoll_wait`. `kick` (arming a CQ for
     /// events, stop) ends the sleep at once.
-    fn park_while_polled(&self, c: &Arc<Context>) {
+    ///
+    /// The RoCEv2 endpoint's sockets are in every context's epoll set (a program may poll
+    /// any of its contexts), so a thread polling another context (perftest polls the one
+    /// rdma_cm opened, not its own) keeps this engine asleep too: else every packet would
+    /// wake it to contend with that poller. Its own sockets and links it then serves in a
+    /// non-blocking pass per step.
+    fn park_while_polled(&self, c: &Arc<Context>, events: &mut [libc::epoll_event]) {
         self.shared.parked.store(true, Ordering::SeqCst);
         while !self.stopping.load(Ordering::SeqCst) && !self.kicked.swap(false, Ordering::SeqCst) {
             let seen = self.polls.load(Ordering::SeqCst);
+            let ep_seen = self.ep_polls();
             std::thread::park_timeout(std::time::Duration::from_millis(1));
             self.shared.flush_held();
             self.resume_links(c);
             if c.rnr_timers.load(Ordering::SeqCst) > 0 {
                 responder::tick(c);
             }
-            if self.polls.load(Ordering::SeqCst).wrapping_sub(seen) < PARK_POLLS {
+            if self.polls.load(Ordering::SeqCst).wrapping_sub(seen) >= PARK_POLLS {
+                continue;
+            }
+            if self.ep_polls().wrapping_sub(ep_seen) < PARK_POLLS {
                 break;
+            }
+            // SAFETY: events is a live buffer; timeout 0 never blocks.
+            let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, 0) };
+            if n > 0 {
+                self.handle(c, &events[..n as usize], true);
             }
         }
         self.shared.parked.store(false, Ordering::SeqCst);
@@ -551,6 +573,9 @@ impl Transport for Engine {
             return false;
         }
         self.polls.fetch_add(1, Ordering::SeqCst);
+        if let Some(r) = &self.roce {
+            r.polls.fetch_add(1, Ordering::SeqCst);
+        }
         self.shared.flush_held();
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
         // SAFETY: events is a live buffer of 16 entries; timeout 0 never blocks.

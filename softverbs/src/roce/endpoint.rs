@@ -37,6 +37,9 @@ const RX_SLOT: usize = 4352;
 /// The timer's period while a link has packets awaiting acknowledgement or an RNR wait.
 const TICK_NS: i64 = 1_000_000;
 
+/// How long the owner of 4791 trusts what it looked up of another process's QPN.
+const QPN_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub struct Endpoint {
     pub socks: Vec<(Ipv4Addr, OwnedFd)>,
     /// Per socket: its UDP port (4791 where we own the address, else our own port there,
@@ -62,9 +65,18 @@ pub struct Endpoint {
     ctxs: Mutex<Vec<std::sync::Weak<Context>>>,
     pub timer: OwnedFd,
     links: Mutex<IntMap<u32, Arc<RoceLink>>>,
+    /// Where the owner of 4791 hands another process's QPN on (`peers::roce_qpn_port`, a
+    /// file and a liveness check per lookup: too slow for every packet), with when it was
+    /// looked up. A QPN that moved meanwhile loses packets for at most `QPN_CACHE`, which
+    /// retransmission repairs; its new owner's process drops nothing it does not hold.
+    qpn_ports: Mutex<IntMap<u32, (u16, Instant)>>,
     rx: Mutex<Vec<u8>>,
     ticking: AtomicBool,
     pub dropped: AtomicU64,
+    /// Progress passes of application threads polling any context that shares the
+    /// endpoint: each context's engine watches the endpoint's sockets, and while some
+    /// thread polls them all engines leave them alone (`Engine::park_while_polled`).
+    pub polls: AtomicU64,
     /// MADs for QP1 (the CM's), until the CM reads them; `mad_ev` is readable meanwhile.
     mads: Mutex<std::collections::VecDeque<Mad>>,
     pub mad_ev: OwnedFd,
@@ -337,9 +349,11 @@ impl Endpoint {
             ctxs: Mutex::new(vec![Arc::downgrade(ctx)]),
             timer,
             links: Mutex::new(IntMap::default()),
+            qpn_ports: Mutex::new(IntMap::default()),
             rx: Mutex::new(vec![0u8; RX_BATCH * RX_SLOT]),
             ticking: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
             mads: Mutex::new(std::collections::VecDeque::new()),
             mad_ev,
             mad_psn: std::sync::atomic::AtomicU32::new(0),
@@ -408,7 +422,7 @@ impl Endpoint {
     fn forwarded(&self, me: Ipv4Addr, src: Ipv4Addr, sport: u16, data: &[u8]) -> bool {
         use super::share::{target, Target};
         let port = match target(data) {
-            Target::Qpn(q) if q != 1 && q != packet::MCAST_QPN && self.find_qp(q).is_none() => crate::net::peers::roce_qpn_port(q),
+            Target::Qpn(q) if q != 1 && q != packet::MCAST_QPN && self.find_qp(q).is_none() => self.qpn_port(q),
             Target::Service(sid) => crate::net::peers::roce_service_port(sid),
             Target::CommPort(p) if p != 0 => Some(p),
             _ => None,
@@ -419,6 +433,29 @@ impl Endpoint {
         // SAFETY: frame is a live buffer; ss holds a valid sockaddr of len bytes.
         unsafe { libc::sendto(self.fwd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), libc::MSG_NOSIGNAL, &ss as *const _ as *const libc::sockaddr, len) };
         true
+    }
+
+    fn qpn_port(&self, qpn: u32) -> Option<u16> {
+        let now = Instant::now();
+        if let Some(&(port, at)) = lock(&self.qpn_ports).get(&qpn) {
+            if now.duration_since(at) < QPN_CACHE {
+                return Some(port);
+            }
+        }
+        let port = crate::net::peers::roce_qpn_port(qpn);
+        let mut cache = lock(&self.qpn_ports);
+        match port {
+            Some(p) => {
+                if cache.len() >= 4096 {
+                    cache.retain(|_, (_, at)| now.duration_since(*at) < QPN_CACHE);
+                }
+                cache.insert(qpn, (p, now));
+            }
+            None => {
+                cache.remove(&qpn);
+            }
+        }
+        port
     }
 
     /// A forward frame arrived on a context's UDP socket from the owner of 4791 (on this
