@@ -492,6 +492,10 @@ impl Endpoint {
     /// Sends several UDP payloads from `src`'s socket to `dst:4791` with as few syscalls as
     /// `sendmmsg` allows (a message's packets).
     pub fn send_many(&self, src: Ipv4Addr, dst: Ipv4Addr, pkts: &[Vec<u8>]) {
+        if self.socks.iter().position(|(a, _)| *a == dst).is_some_and(|i| self.owning[i].load(Ordering::Relaxed)) {
+            // To an address whose 4791 we own: each handed on at once (`send_to`).
+            return pkts.iter().for_each(|p| self.send_to(src, dst, p));
+        }
         self.try_own();
         let Some((_, fd)) = self.socks.iter().find(|(a, _)| *a == src) else { return };
         let Some((mut ss, len)) = crate::net::addr::to_storage(&SocketAddr::from((dst, ROCE_PORT)), false) else { return };

@@ -412,8 +412,10 @@ impl RoceLink {
             }
             _ => return,
         };
-        for p in &pkts {
-            self.send_pkt(p);
+        match self.ep.upgrade() {
+            // A message's packets in as few syscalls as sendmmsg allows.
+            Some(ep) if pkts.len() > 1 => ep.send_many(self.src, self.dst, &pkts),
+            _ => pkts.iter().for_each(|p| self.send_pkt(p)),
         }
         let r = &mut s.req;
         r.psn = packet::psn_add(first, n);
