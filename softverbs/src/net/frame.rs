@@ -92,10 +92,6 @@ pub enum Syndrome {
     RemOp = 4,
     /// The responder QP does not exist or is in the error state.
     NoQp = 5,
-    /// No receive posted, to a link whose requester retransmits (RoCEv2): the request is
-    /// dropped and the link NAKs it RNR (`aux`: the QP's `min_rnr_timer`). A stream peer
-    /// that sends it anyway gets the RNR error it stands for.
-    Rnr = 6,
 }
 
 impl Syndrome {
@@ -107,7 +103,6 @@ impl Syndrome {
             3 => Syndrome::RemInvReq,
             4 => Syndrome::RemOp,
             5 => Syndrome::NoQp,
-            6 => Syndrome::Rnr,
             _ => return None,
         })
     }
@@ -187,9 +182,7 @@ impl Header {
         }
         let len = self.payload_len;
         let ok = match self.op {
-            Op::Hello => len == 0,
-            // An RNR refusal hands the request's payload back to the link that keeps it.
-            Op::Ack => len == 0 || (self.syndrome == Syndrome::Rnr && len <= MAX_MSG),
+            Op::Hello | Op::Ack => len == 0,
             Op::Send | Op::Write => len <= MAX_MSG,
             Op::ReadReq => len == 0 && self.aux <= MAX_MSG as u64,
             Op::CmpSwap | Op::FetchAdd => len == 0,

@@ -53,9 +53,12 @@ pub trait Link: Send + Sync {
     /// The QP starts transmitting on this link (it is RTS; `st` is its locked state): a
     /// link that needs the send side's attributes takes them now.
     fn bind_requester(&self, _st: &crate::qp::QpState) {}
-    /// The peer retransmits what it is refused (RoCEv2): a SEND that finds no receive is
-    /// dropped with an RNR NAK (`Syndrome::Rnr`) instead of waiting in the responder.
-    fn rnr_naks(&self) -> bool {
+    /// The local responder has no receive for `req` (a SEND or WRITE with immediate, with
+    /// `payload`). A link whose peer retransmits what it is refused (RoCEv2) NAKs it RNR
+    /// with the QP's `min_rnr_timer` and returns true: the responder then drops it and the
+    /// link's later requests. False: it must wait in the responder (nothing over a stream
+    /// would send it again).
+    fn refuse_rnr(&self, _req: &frame::Header, _payload: &[u8], _min_rnr_timer: u8) -> bool {
         false
     }
 }

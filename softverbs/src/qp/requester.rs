@@ -421,7 +421,7 @@ fn window() -> usize {
 fn status_of(s: Syndrome) -> ibv_wc_status {
     match s {
         Syndrome::Ok => IBV_WC_SUCCESS,
-        Syndrome::RnrExceeded | Syndrome::Rnr => IBV_WC_RNR_RETRY_EXC_ERR,
+        Syndrome::RnrExceeded => IBV_WC_RNR_RETRY_EXC_ERR,
         Syndrome::RemAccess => IBV_WC_REM_ACCESS_ERR,
         Syndrome::RemInvReq => IBV_WC_REM_INV_REQ_ERR,
         Syndrome::RemOp => IBV_WC_REM_OP_ERR,

@@ -5,9 +5,9 @@
 //! RNR: with the requester's `rnr_retry` = 7 it waits forever; otherwise, after
 //! `(rnr_retry + 1) × min_rnr_timer` the responder NAKs it (requester:
 //! `IBV_WC_RNR_RETRY_EXC_ERR`). Over a link whose peer retransmits (RoCEv2) it is instead
-//! dropped with an RNR NAK, as an RNIC does (`Link::rnr_naks`). Remote accesses are executed only inside a registered MR
-//! of the QP's PD whose rkey, bounds and access flags allow it (and the QP's own
-//! `qp_access_flags`); otherwise a NAK (`IBV_WC_REM_ACCESS_ERR` at the requester) and
+//! dropped with an RNR NAK, as an RNIC does (`Link::refuse_rnr`). Remote accesses are
+//! executed only inside a registered MR of the QP's PD whose rkey, bounds and access
+//! flags allow it (and the QP's own `qp_access_flags`); otherwise a NAK (`IBV_WC_REM_ACCESS_ERR` at the requester) and
 //! nothing is touched. After a NAK, later requests on that link are dropped.
 //!
 //! Unlike an RNIC, which drops what it cannot take and lets the requester retry, a request
@@ -280,13 +280,10 @@ fn step(qp: &Qp, st: &mut QpState, h: &Header, payload: &[u8], link: &Arc<dyn Li
             nak(qp, st, link, h, syn);
             Step::Next
         }
-        Ok(Outcome::NoRecv) if link.rnr_naks() => {
+        Ok(Outcome::NoRecv) if link.refuse_rnr(h, payload, st.attr.min_rnr_timer) => {
             // The requester sends it again after the RNR timer; the link's later requests,
             // which it sends again too, must not run before it.
             release(qp);
-            let mut r = response(Op::Ack, h, Syndrome::Rnr);
-            r.aux = st.attr.min_rnr_timer as u64;
-            link.send(r.frame(payload));
             forget_link(qp, st, link);
             Step::Next
         }

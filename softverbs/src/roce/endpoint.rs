@@ -365,6 +365,11 @@ impl Endpoint {
         self.socks.iter().any(|(a, _)| *a == ip)
     }
 
+    /// Whether this process owns UDP 4791 on `ip` (a packet sent there comes back to us).
+    fn owns(&self, ip: Ipv4Addr) -> bool {
+        self.socks.iter().position(|(a, _)| *a == ip).is_some_and(|i| self.owning[i].load(Ordering::Relaxed))
+    }
+
     /// The UDP source port of our packets from `ip` (the ICRC covers it).
     pub fn sport(&self, ip: Ipv4Addr) -> u16 {
         self.socks.iter().position(|(a, _)| *a == ip).map_or(ROCE_PORT, |i| self.sports[i].load(Ordering::Relaxed))
@@ -478,8 +483,7 @@ impl Endpoint {
         // To an address whose 4791 we own, for another process of ours: hand it on now.
         // Through the socket it would wait in our own receive queue, and be lost if we
         // exit first (a UD reply, say, right before the program ends).
-        if self.socks.iter().position(|(a, _)| *a == dst).is_some_and(|i| self.owning[i].load(Ordering::Relaxed))
-            && self.forwarded(dst, src, self.sport(src), bytes)
+        if self.owns(dst) && self.forwarded(dst, src, self.sport(src), bytes)
         {
             return;
         }
@@ -492,7 +496,7 @@ impl Endpoint {
     /// Sends several UDP payloads from `src`'s socket to `dst:4791` with as few syscalls as
     /// `sendmmsg` allows (a message's packets).
     pub fn send_many(&self, src: Ipv4Addr, dst: Ipv4Addr, pkts: &[Vec<u8>]) {
-        if self.socks.iter().position(|(a, _)| *a == dst).is_some_and(|i| self.owning[i].load(Ordering::Relaxed)) {
+        if self.owns(dst) {
             // To an address whose 4791 we own: each handed on at once (`send_to`).
             return pkts.iter().for_each(|p| self.send_to(src, dst, p));
         }

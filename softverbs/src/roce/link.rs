@@ -86,8 +86,8 @@ impl OutMsg {
 /// A request handed to the responder, waiting for its response frame.
 #[derive(Clone, Copy)]
 enum Pend {
-    /// SEND/WRITE: ACK this PSN (the message's last); the request as handed over.
-    Ack(u32, Header),
+    /// SEND/WRITE: ACK this PSN (the message's last).
+    Ack(u32),
     /// READ: responses from this PSN.
     Read(u32),
     Atomic(u32),
@@ -645,12 +645,18 @@ impl RoceLink {
         let mut h = Header::new(op);
         h.dst_qpn = self.lqpn;
         h.src_qpn = self.rqpn;
-        h.psn = s.resp.int_psn;
-        // The responder never waits for a receive on this link (it NAKs RNR, `rnr_naks`):
+        h.psn = Self::next_int_psn(s);
+        // The responder never waits for a receive on this link (it NAKs RNR, `refuse_rnr`):
         // no RNR clock of its own.
         h.rnr_retry = 7;
-        s.resp.int_psn = (s.resp.int_psn + 1) & 0x00ff_ffff;
         h
+    }
+
+    /// The QP layer's PSN for the next request handed over (its PSNs count messages).
+    fn next_int_psn(s: &mut St) -> u32 {
+        let p = s.resp.int_psn;
+        s.resp.int_psn = (p + 1) & 0x00ff_ffff;
+        p
     }
 
     /// The last packet of a message refused RNR came again: the responder gets the whole
@@ -658,9 +664,8 @@ impl RoceLink {
     fn redeliver(&self, s: &mut St, held: Held, out: &mut Vec<Deliver>) {
         s.resp.epsn = packet::psn_add(held.psn, 1);
         let mut r = held.req;
-        r.psn = s.resp.int_psn;
-        s.resp.int_psn = (s.resp.int_psn + 1) & 0x00ff_ffff;
-        s.resp.pend.push_back((r.psn, Pend::Ack(held.psn, r)));
+        r.psn = Self::next_int_psn(s);
+        s.resp.pend.push_back((r.psn, Pend::Ack(held.psn)));
         out.push(Deliver::Request(r, held.payload));
     }
 
@@ -694,7 +699,7 @@ impl RoceLink {
         }
         s.resp.nak_seq_sent = false;
         if let Some(held) = s.resp.held.take() {
-            if held.psn == psn && is_last_data(opc) {
+            if held.psn == psn && data_kind(opc).is_some_and(|(_, _, last)| last) {
                 return self.redeliver(s, held, out);
             }
         }
@@ -739,17 +744,7 @@ impl RoceLink {
 
     fn data_packet(&self, s: &mut St, h: &Headers, opc: u8, payload: &[u8], out: &mut Vec<Deliver>) {
         let psn = h.bth.psn;
-        let (write, first, last) = match opc {
-            op::RC_SEND_FIRST => (false, true, false),
-            op::RC_SEND_MIDDLE => (false, false, false),
-            op::RC_SEND_LAST | op::RC_SEND_LAST_IMM | op::RC_SEND_LAST_INV => (false, false, true),
-            op::RC_SEND_ONLY | op::RC_SEND_ONLY_IMM | op::RC_SEND_ONLY_INV => (false, true, true),
-            op::RC_WRITE_FIRST => (true, true, false),
-            op::RC_WRITE_MIDDLE => (true, false, false),
-            op::RC_WRITE_LAST | op::RC_WRITE_LAST_IMM => (true, false, true),
-            op::RC_WRITE_ONLY | op::RC_WRITE_ONLY_IMM => (true, true, true),
-            _ => return self.protocol_error(s),
-        };
+        let Some((write, first, last)) = data_kind(opc) else { return self.protocol_error(s) };
         // Sequence and length rules (rxe's): a FIRST/MIDDLE carries exactly one MTU.
         if first != s.resp.asm.is_none() || (!last && payload.len() != self.mtu) {
             if self.uc {
@@ -799,7 +794,7 @@ impl RoceLink {
         }
         r.payload_len = asm.buf.len() as u32;
         if !self.uc {
-            s.resp.pend.push_back((r.psn, Pend::Ack(psn, r)));
+            s.resp.pend.push_back((r.psn, Pend::Ack(psn)));
         }
         out.push(Deliver::Request(r, asm.buf));
     }
@@ -861,25 +856,13 @@ impl RoceLink {
         let Some(i) = s.resp.pend.iter().position(|(p, _)| *p == h.psn) else { return };
         let Some((_, pend)) = s.resp.pend.remove(i) else { return };
         let psn = match pend {
-            Pend::Ack(p, _) | Pend::Read(p) | Pend::Atomic(p) => p,
+            Pend::Ack(p) | Pend::Read(p) | Pend::Atomic(p) => p,
         };
-        if let (Syndrome::Rnr, Pend::Ack(p, req)) = (h.syndrome, pend) {
-            // Refused for want of a receive; the responder dropped this link's later
-            // requests too. The requester resends from this packet after the timer: until
-            // it does, later packets bring no sequence NAK.
-            s.resp.pend.truncate(i);
-            s.resp.held = Some(Held { psn: p, req, payload: payload.to_vec() });
-            s.resp.epsn = p;
-            s.resp.asm = None;
-            s.resp.nak_seq_sent = true;
-            self.ack(p, aeth::RNR_NAK | (h.aux as u8 & 0x1f), s.resp.msn);
-            return;
-        }
         if h.syndrome != Syndrome::Ok {
             let code = match h.syndrome {
                 Syndrome::RemAccess => aeth::NAK_REM_ACCESS,
                 Syndrome::RemInvReq => aeth::NAK_INV_REQ,
-                Syndrome::RemOp | Syndrome::RnrExceeded | Syndrome::Rnr => aeth::NAK_REM_OP,
+                Syndrome::RemOp | Syndrome::RnrExceeded => aeth::NAK_REM_OP,
                 // Not our peer: rxe drops such packets silently.
                 Syndrome::NoQp | Syndrome::Ok => return,
             };
@@ -890,7 +873,7 @@ impl RoceLink {
         s.resp.msn = (s.resp.msn + 1) & 0x00ff_ffff;
         let msn = s.resp.msn;
         match (pend, h.op) {
-            (Pend::Ack(p, _), Op::Ack) => {
+            (Pend::Ack(p), Op::Ack) => {
                 s.resp.last_acked = p;
                 self.ack(p, aeth::ACK, msn);
             }
@@ -1059,15 +1042,37 @@ impl Link for RoceLink {
         RoceLink::bind_requester(self, st);
     }
 
-    fn rnr_naks(&self) -> bool {
-        !self.uc
+    fn refuse_rnr(&self, req: &Header, payload: &[u8], min_rnr_timer: u8) -> bool {
+        if self.uc {
+            return false;
+        }
+        let mut s = lock(&self.st);
+        let Some(i) = s.resp.pend.iter().position(|(p, _)| *p == req.psn) else { return true };
+        let Some((_, Pend::Ack(p))) = s.resp.pend.get(i).copied() else { return true };
+        // The responder dropped this link's later requests too. The requester resends from
+        // this packet after the timer: until it does, later packets bring no sequence NAK.
+        s.resp.pend.truncate(i);
+        s.resp.held = Some(Held { psn: p, req: *req, payload: payload.to_vec() });
+        s.resp.epsn = p;
+        s.resp.asm = None;
+        s.resp.nak_seq_sent = true;
+        self.ack(p, aeth::RNR_NAK | (min_rnr_timer & 0x1f), s.resp.msn);
+        true
     }
 }
 
-/// The packet that ends a SEND or WRITE (the one a receive is taken for).
-fn is_last_data(opc: u8) -> bool {
-    matches!(
-        opc,
-        op::RC_SEND_LAST | op::RC_SEND_LAST_IMM | op::RC_SEND_LAST_INV | op::RC_SEND_ONLY | op::RC_SEND_ONLY_IMM | op::RC_SEND_ONLY_INV | op::RC_WRITE_LAST_IMM | op::RC_WRITE_ONLY_IMM
-    )
+/// A SEND or WRITE packet's place in its message: (write, first, last); None for any
+/// other opcode.
+fn data_kind(opc: u8) -> Option<(bool, bool, bool)> {
+    Some(match opc {
+        op::RC_SEND_FIRST => (false, true, false),
+        op::RC_SEND_MIDDLE => (false, false, false),
+        op::RC_SEND_LAST | op::RC_SEND_LAST_IMM | op::RC_SEND_LAST_INV => (false, false, true),
+        op::RC_SEND_ONLY | op::RC_SEND_ONLY_IMM | op::RC_SEND_ONLY_INV => (false, true, true),
+        op::RC_WRITE_FIRST => (true, true, false),
+        op::RC_WRITE_MIDDLE => (true, false, false),
+        op::RC_WRITE_LAST | op::RC_WRITE_LAST_IMM => (true, false, true),
+        op::RC_WRITE_ONLY | op::RC_WRITE_ONLY_IMM => (true, true, true),
+        _ => return None,
+    })
 }

@@ -1024,8 +1024,8 @@ fn roce_link_responder_duplicate_send() {
 
 #[test]
 fn roce_link_responder_rnr_nak() {
-    // No receive posted: the QP layer refuses the SEND (Syndrome::Rnr, its min_rnr_timer in
-    // aux, the payload back); the link NAKs RNR at the message's last PSN, drops what came
+    // No receive posted: the QP layer hands the SEND back (`refuse_rnr`, with its
+    // min_rnr_timer); the link NAKs RNR at the message's last PSN, drops what came
     // after it, and hands the whole message over again when the last packet comes again.
     let t = resp_side();
     let data = pat(1524, 15);
@@ -1038,9 +1038,7 @@ fn roce_link_responder_rnr_nak() {
     let mut w = rq(op::RC_WRITE_ONLY, 502, true);
     w.reth = Some(Reth { va: 0x9000, rkey: 7, len: 3 });
     let r2 = reqs(&t.inject(w, &[1, 2, 3]))[0].0;
-    let mut no = answer(&r1, Op::Ack, Syndrome::Rnr);
-    no.aux = 14;
-    t.frame(no, &p1);
+    assert!(t.l.refuse_rnr(&r1, &p1, 14));
     let p = t.sent();
     assert_eq!(opcodes(&p), [op::RC_ACK]);
     assert_eq!(psns(&p), [501]);
