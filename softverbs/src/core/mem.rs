@@ -5,6 +5,7 @@
 //! takes the write lock, so once it returns no frame can touch that memory again.
 
 use super::context::Context;
+use super::window;
 use crate::sys::random_u32;
 use common::inthash::IntMap;
 use rdma_abi::verbs::*;
@@ -111,13 +112,25 @@ pub fn keys_write() -> std::sync::RwLockWriteGuard<'static, Keys> {
 
 /// Two fresh keys, unused as lkey and rkey. Caller holds the write lock.
 pub fn fresh_keys(k: &Keys) -> (u32, u32) {
-    let pick = |m: &IntMap<u32, Arc<Mr>>| loop {
+    let pick = |m: &IntMap<u32, Arc<Mr>>, tries: &mut u32| loop {
         let v = random_u32();
         if v != 0 && !m.contains_key(&v) {
             break v;
         }
+        *tries += 1;
     };
-    (pick(&k.lkeys), pick(&k.rkeys))
+    let lkey = pick(&k.lkeys, &mut 0);
+    // An rkey whose window slot is free, so that same-host peers may use it directly
+    // (`window`); after a few tries any rkey (it takes the stream path).
+    let mut tries = 0;
+    let rkey = loop {
+        let r = pick(&k.rkeys, &mut tries);
+        tries += 1;
+        if window::mr_slot_free(r) || tries > 32 {
+            break r;
+        }
+    };
+    (lkey, rkey)
 }
 
 /// Why an access to local memory failed (`IBV_WC_LOC_PROT_ERR` / `IBV_WC_LOC_LEN_ERR`).
@@ -210,6 +223,27 @@ pub fn scatter(pd: u64, sges: &[ibv_sge], parts: &[&[u8]]) -> Result<(), LocalEr
     Ok(())
 }
 
+/// Runs `f` on the first `len` bytes of a local scatter list, as (address, length)
+/// pieces, after checking them for LOCAL_WRITE, while the key table's read lock keeps
+/// them registered. `f` may write only those pieces.
+pub fn with_scatter<R>(pd: u64, sges: &[ibv_sge], len: usize, f: impl FnOnce(&[(usize, usize)]) -> R) -> Result<R, LocalErr> {
+    if len as u64 > capacity(sges) {
+        return Err(LocalErr::Len);
+    }
+    let k = keys_read();
+    let mut parts = Vec::with_capacity(sges.len());
+    let mut left = len;
+    for s in sges.iter().filter(|s| s.length > 0) {
+        let (mr, off) = local_mr(&k, pd, s, IBV_ACCESS_LOCAL_WRITE)?;
+        if left > 0 {
+            let n = left.min(s.length as usize);
+            parts.push((mr.addr + off, n));
+            left -= n;
+        }
+    }
+    Ok(f(&parts))
+}
+
 fn remote_mr(k: &Keys, pd: u64, rkey: u32, addr: u64, len: u64, need: u32) -> Result<(&Arc<Mr>, usize), RemoteErr> {
     let mr = k.rkeys.get(&rkey).ok_or(RemoteErr::Access)?;
     if mr.pd.id != pd || mr.access & need != need {
@@ -299,12 +333,16 @@ pub fn register(pd: &Arc<Pd>, addr: usize, len: usize, iova: u64, access: u32) -
     });
     k.lkeys.insert(lkey, mr.clone());
     k.rkeys.insert(rkey, mr.clone());
+    if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) != 0 {
+        window::publish_mr(rkey, pd.id, iova, len as u64, addr as u64, access);
+    }
     pd.users.fetch_add(1, Ordering::SeqCst);
     mr
 }
 
 pub fn unregister(mr: &Arc<Mr>) {
     let mut k = keys_write();
+    window::retract_mr(mr.rkey);
     k.lkeys.remove(&mr.lkey);
     k.rkeys.remove(&mr.rkey);
     mr.pd.users.fetch_sub(1, Ordering::SeqCst);

@@ -10,3 +10,4 @@ pub mod mem;
 pub mod pin;
 pub mod registry;
 pub mod srq;
+pub mod window;

@@ -229,6 +229,8 @@ impl Engine {
             hello_qp: std::sync::OnceLock::new(),
             listener,
             pause: AtomicU8::new(0),
+            unix: !tcp,
+            window: std::sync::OnceLock::new(),
         });
         lock(&self.conns).insert(token, link.clone());
         let ev = lock(&link.tx).mask;
@@ -907,6 +909,10 @@ pub struct TcpLink {
     /// Why reading is paused (`PAUSE_*`; written under the tx lock by `rearm`, read
     /// without it).
     pause: AtomicU8,
+    /// A same-host unix stream.
+    unix: bool,
+    /// The peer's shared window, looked up at first use (`Link::window`).
+    window: std::sync::OnceLock<Option<Arc<crate::core::window::Peer>>>,
 }
 
 /// Too many of the peer's requests are parked (`Tx::parked_over`).
@@ -1479,6 +1485,14 @@ impl Link for TcpLink {
 
     fn is_dead(&self) -> bool {
         self.dead.load(Ordering::SeqCst)
+    }
+
+    fn window(&self) -> Option<Arc<crate::core::window::Peer>> {
+        if !self.unix {
+            return None;
+        }
+        let w = self.window.get_or_init(|| crate::core::window::Peer::open(local::peer_pid(&self.fd)?).map(Arc::new));
+        w.as_ref().filter(|p| !p.refused()).cloned()
     }
 
     fn listener(&self) -> Option<SocketAddr> {

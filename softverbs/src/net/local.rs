@@ -90,12 +90,23 @@ pub fn connect(addr: &SocketAddr) -> Option<OwnedFd> {
 /// must not receive what we meant for that context (we use TCP then, which reaches it).
 /// Our own user could read our memory anyway.
 fn same_user(fd: &OwnedFd) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    peer_cred(fd).is_some_and(|c| c.uid == unsafe { libc::geteuid() })
+}
+
+fn peer_cred(fd: &OwnedFd) -> Option<libc::ucred> {
     let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: cred/len are live and sized; SO_PEERCRED fills a ucred.
     let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    (r == 0).then_some(cred)
+}
+
+/// The process at the other end of a unix stream, if it runs as our user (0 or None:
+/// not visible from our PID namespace).
+pub fn peer_pid(fd: &OwnedFd) -> Option<u32> {
     // SAFETY: geteuid has no preconditions.
-    r == 0 && cred.uid == unsafe { libc::geteuid() }
+    peer_cred(fd).filter(|c| c.uid == unsafe { libc::geteuid() } && c.pid > 0).map(|c| c.pid as u32)
 }
 
 /// The listening endpoint both ends of a unix stream record (`Link::listener`): the

@@ -61,6 +61,11 @@ pub trait Link: Send + Sync {
     fn refuse_rnr(&self, _req: &frame::Header, _payload: &[u8], _min_rnr_timer: u8) -> bool {
         false
     }
+    /// The peer process's shared window, when the link is a same-host stream to a
+    /// process of our user that the kernel lets us reach (`qp::direct`).
+    fn window(&self) -> Option<Arc<crate::core::window::Peer>> {
+        None
+    }
 }
 
 /// One context's endpoint.

@@ -32,6 +32,11 @@ impl Drop for RegFile {
     }
 }
 
+/// The user's registry directory (also where `core::window` keeps the windows).
+pub fn registry_dir() -> Option<&'static PathBuf> {
+    dir()
+}
+
 fn dir() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -58,7 +63,7 @@ fn pid() -> u32 {
     std::process::id()
 }
 
-fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)

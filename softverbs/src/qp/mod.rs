@@ -2,6 +2,7 @@
 //! The data path is split by role: [`requester`] (RC/UC send queue), [`responder`]
 //! (RC/UC requests arriving from a peer) and [`ud`] (datagrams, multicast).
 
+pub mod direct;
 pub mod requester;
 pub mod responder;
 pub mod state;
@@ -13,6 +14,7 @@ use crate::core::events::EventCounts;
 use crate::core::mem::Pd;
 use crate::core::registry::lock;
 use crate::core::srq::{RecvWqe, Srq, MAX_SGE};
+use crate::core::window;
 use crate::net::frame::Header;
 use crate::net::peers::RegFile;
 use crate::net::Link;
@@ -245,6 +247,29 @@ impl Qp {
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
         let mut st = lock(&self.st);
+        let r = self.modify_locked(&mut st, attr, mask);
+        self.publish(&st);
+        r
+    }
+
+    /// Tells same-host peers what they may do to this QP directly (`core::window`).
+    fn publish(&self, st: &QpState) {
+        if self.kind == Kind::Ud {
+            return;
+        }
+        let serving = !st.destroyed && matches!(st.state, IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_SQE);
+        let access = st.attr.qp_access_flags;
+        let mut flags = 0;
+        if serving && access & IBV_ACCESS_REMOTE_WRITE != 0 {
+            flags |= window::QP_WRITE;
+        }
+        if serving && self.kind == Kind::Rc && access & IBV_ACCESS_REMOTE_READ != 0 && st.attr.max_dest_rd_atomic > 0 {
+            flags |= window::QP_READ;
+        }
+        window::publish_qp(self.qpn, st.attr.dest_qp_num, self.pd.id, flags, st.destroyed);
+    }
+
+    fn modify_locked(&self, st: &mut QpState, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
         let lim = state::Limits { max_rd_atom: MAX_RD_ATOM };
         let next = state::check(st.state, self.kind, attr, mask, &lim).map_err(|_| Errno::EINVAL)?;
         let a = &mut st.attr;
@@ -283,12 +308,12 @@ impl Qp {
         st.attr.qp_state = next;
         self.set_c_state(next);
         match next {
-            IBV_QPS_RESET => self.reset(&mut st),
-            IBV_QPS_ERR => self.enter_error(&mut st),
-            IBV_QPS_RTR => responder::drain(self, &mut st),
+            IBV_QPS_RESET => self.reset(st),
+            IBV_QPS_ERR => self.enter_error(st),
+            IBV_QPS_RTR => responder::drain(self, st),
             IBV_QPS_RTS => {
-                responder::drain(self, &mut st);
-                requester::pump(self, &mut st);
+                responder::drain(self, st);
+                requester::pump(self, st);
             }
             IBV_QPS_SQD
                 if st.attr.en_sqd_async_notify != 0 && st.sent == 0 => {
@@ -354,6 +379,7 @@ impl Qp {
                 self.ctx.rnr_timers.fetch_sub(1, Ordering::SeqCst);
             }
         }
+        self.publish(st);
         if self.srq.is_some() {
             if let Some(me) = self.me.upgrade() {
                 self.ctx.raise(AsyncElem::Qp(me), IBV_EVENT_QP_LAST_WQE_REACHED);
@@ -410,6 +436,7 @@ impl Qp {
             st.destroyed = true;
             self.reset(&mut st);
             st.mcast.clear();
+            self.publish(&st);
         }
         lock(&self.ctx.qps).remove(&self.qpn);
         self.ctx.async_q.purge(|e| matches!(&e.elem, AsyncElem::Qp(q) if Arc::ptr_eq(q, self)));

@@ -3,7 +3,7 @@
 //! in order as responses arrive. Any error completion moves the QP to ERR (which flushes
 //! the rest).
 
-use super::{Qp, QpState, SendWqe};
+use super::{direct, Qp, QpState, SendWqe};
 use crate::core::cq::wc;
 use crate::core::mem::{self, LocalErr};
 use crate::net::frame::{Header, Op, Syndrome, F_IMM, F_SOLICITED, MAX_MSG, QPN_MASK};
@@ -359,6 +359,9 @@ pub fn pump(qp: &Qp, st: &mut QpState) {
                 }
             },
         };
+        if direct::run_head(qp, st, link.as_ref()) {
+            continue;
+        }
         if link.backlog() {
             // The socket is full: the engine calls `on_drained` when it has room again,
             // and the payload is read from memory then (no copy meanwhile).
