@@ -183,6 +183,23 @@ for mode in n b; do
 	done
 done
 
+# --- Debian's riostream and udpong with their default arguments (only the port moved off
+# their defaults, 7471 and 7174, which other suites of make check use; udpong's server
+# then binds ::1), quiet, and riostream again while two busy loops keep both cores busy:
+# riowrite's RDMA WRITEs complete without the target's threads (softverbs' same-host path)
+busy=()
+for load in quiet busy; do
+	if [ $load = busy ]; then
+		for i in 1 2; do timeout 120 sh -c 'while :; do :; done' & busy+=($!); done
+	fi
+	duo riostream "riostream-default-$load" 60 ""
+	if [ $load = quiet ]; then
+		pair udpong-default-quiet $port 60 0 "udpong -p $port" "udpong -s ::1 -p $port"
+		port=$((port+1))
+	fi
+done
+kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null
+
 # --- rcopy: a file arrives byte-identical ---
 if want rcopy; then
 	head -c 3000000 /dev/urandom > "$out/rcopy.src"
