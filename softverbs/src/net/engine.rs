@@ -26,6 +26,7 @@
 
 use super::addr::{from_raw, local_addr, to_storage};
 use super::local;
+use super::ring::Rings;
 use super::frame::{decode, op_of, DecodeError, Header, Op, HDR_LEN, MAX_MSG};
 use super::{Link, Transport};
 use crate::core::context::Context;
@@ -185,6 +186,8 @@ impl Engine {
                 resume_pending: AtomicBool::new(false),
                 wake,
                 thread: std::sync::OnceLock::new(),
+                rings: Mutex::new(Arc::new(Vec::new())),
+                blocked: AtomicBool::new(false),
             }),
             kicked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
@@ -207,8 +210,10 @@ impl Engine {
     }
 
     /// `tcp`: a TCP stream (else a same-host unix one, see `local`).
-    fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>, tcp: bool) -> Result<Arc<TcpLink>> {
+    /// `rings`: the connector's side of a ring stream (`local::offer_rings`).
+    fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>, tcp: bool, rings: Option<Rings>) -> Result<Arc<TcpLink>> {
         let token = self.next_token.fetch_add(1, Ordering::SeqCst);
+        let role_kind = if matches!(role, Role::Inbound) { RoleKind::Inbound } else { RoleKind::Outbound };
         if tcp {
             setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
             // A peer whose host died (no FIN, no RST) fails the link once data has
@@ -231,7 +236,14 @@ impl Engine {
             pause: AtomicU8::new(0),
             unix: !tcp,
             window: std::sync::OnceLock::new(),
+            offer_pending: AtomicBool::new(!tcp && matches!(role_kind, RoleKind::Inbound)),
+            ring: std::sync::OnceLock::new(),
+            ring_blocked: AtomicBool::new(false),
         });
+        if let Some(r) = rings {
+            let _ = link.ring.set(r);
+            self.shared.add_ring(&link);
+        }
         lock(&self.conns).insert(token, link.clone());
         let ev = lock(&link.tx).mask;
         if let Err(e) = epoll_add(self.epfd.as_raw_fd(), link.fd.as_raw_fd(), ev, token) {
@@ -246,11 +258,22 @@ impl Engine {
         while !self.stopping.load(Ordering::SeqCst) {
             self.shared.flush_held();
             let ticking = ctx.upgrade().map(|c| c.rnr_timers.load(Ordering::SeqCst) > 0).unwrap_or(false);
-            let timeout = if ticking { 5 } else { -1 };
+            // Ring links: ask their peers for a bell while we block (and do not block if
+            // something came meanwhile).
+            let rings = self.shared.rings();
+            self.shared.blocked.store(true, Ordering::SeqCst);
+            let waiting = rings.iter().fold(false, |any, l| l.ring.get().is_some_and(|r| r.sleep(true)) | any);
+            let timeout = if waiting { 0 } else if ticking { 5 } else { -1 };
             let polls_before = self.polls.load(Ordering::SeqCst);
             let ep_before = self.ep_polls();
             // SAFETY: events is a live buffer of 64 entries.
             let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 64, timeout) };
+            self.shared.blocked.store(false, Ordering::SeqCst);
+            for l in rings.iter() {
+                if let Some(r) = l.ring.get() {
+                    r.sleep(false);
+                }
+            }
             if n < 0 {
                 if Errno::last().0 == libc::EINTR {
                     continue;
@@ -258,7 +281,7 @@ impl Engine {
                 break;
             }
             let Some(c) = ctx.upgrade() else { break };
-            let any = self.handle(&c, &events[..n as usize], true);
+            let any = self.handle(&c, &events[..n as usize], true) | self.serve_rings(&c, true);
             self.resume_links(&c);
             if ticking {
                 responder::tick(&c);
@@ -310,9 +333,34 @@ impl Engine {
             if n > 0 {
                 self.handle(c, &events[..n as usize], true);
             }
+            self.serve_rings(c, true);
         }
         self.shared.parked.store(false, Ordering::SeqCst);
         self.shared.flush_held();
+    }
+
+    /// Reads what waits in the ring links and writes what waited for room there (no
+    /// events come for them: their peers write memory, and ring only a sleeper).
+    fn serve_rings(&self, c: &Arc<Context>, engine: bool) -> bool {
+        let mut any = false;
+        for l in self.shared.rings().iter() {
+            if l.dead.load(Ordering::SeqCst) {
+                self.shared.remove_ring(l.token);
+                continue;
+            }
+            let Some(r) = l.ring.get() else { continue };
+            let mut flags = 0;
+            if r.readable() {
+                flags |= libc::EPOLLIN as u32;
+            }
+            if l.ring_blocked.load(Ordering::SeqCst) && r.has_room() {
+                flags |= libc::EPOLLOUT as u32;
+            }
+            if flags != 0 {
+                any |= self.on_conn_event(c, l, flags, engine);
+            }
+        }
+        any
     }
 
     /// Links that were paused (see `TcpLink::rearm`) go on: the responder runs the requests
@@ -407,7 +455,7 @@ impl Engine {
             let fd = unsafe { libc::accept4(l, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
             let Ok(fd) = owned(fd) else { return };
             let me = if same_host { Some(local::endpoint(self.port)) } else { local_addr(fd.as_raw_fd()) };
-            let _ = self.register(fd, Role::Inbound, false, me, !same_host);
+            let _ = self.register(fd, Role::Inbound, false, me, !same_host, None);
         }
     }
 
@@ -452,6 +500,8 @@ impl Engine {
     }
 
     fn on_conn_event(&self, ctx: &Arc<Context>, link: &Arc<TcpLink>, flags: u32, engine: bool) -> bool {
+        // A bell on a ring link may also mean room for what waits to be written.
+        let flags = if link.ring_blocked.load(Ordering::SeqCst) { flags | libc::EPOLLOUT as u32 } else { flags };
         let mut down = false;
         let mut any = false;
         if flags & libc::EPOLLOUT as u32 != 0 {
@@ -499,6 +549,7 @@ impl Engine {
             return;
         }
         lock(&self.conns).remove(&link.token);
+        self.shared.remove_ring(link.token);
         // SAFETY: deregistering our own fd; a null event is allowed for DEL.
         unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, link.fd.as_raw_fd(), std::ptr::null_mut()) };
         link.dead.store(true, Ordering::SeqCst);
@@ -518,8 +569,10 @@ impl Transport for Engine {
 
     fn connect(&self, addr: SocketAddr, owner: Weak<Qp>) -> Result<Arc<dyn Link>> {
         if let Some(fd) = local::connect(&addr) {
-            if let Ok(link) = self.register(fd, Role::Outbound(owner.clone()), false, Some(local::endpoint(addr.port())), false) {
-                return Ok(link);
+            if let Ok(rings) = local::offer_rings(&fd) {
+                if let Ok(link) = self.register(fd, Role::Outbound(owner.clone()), false, Some(local::endpoint(addr.port())), false, rings) {
+                    return Ok(link);
+                }
             }
         }
         let fam = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
@@ -531,7 +584,7 @@ impl Transport for Engine {
         if r < 0 && Errno::last().0 != libc::EINPROGRESS {
             return Err(Errno::last());
         }
-        let link = self.register(fd, Role::Outbound(owner), true, Some(addr), true)?;
+        let link = self.register(fd, Role::Outbound(owner), true, Some(addr), true, None)?;
         Ok(link)
     }
 
@@ -558,6 +611,7 @@ impl Transport for Engine {
         }
         lock(&self.shared.held).clear();
         lock(&self.shared.resumed).clear();
+        *lock(&self.shared.rings) = Arc::new(Vec::new());
         let links: Vec<Arc<TcpLink>> = lock(&self.conns).drain().map(|(_, l)| l).collect();
         for l in links {
             l.dead.store(true, Ordering::SeqCst);
@@ -579,13 +633,19 @@ impl Transport for Engine {
             r.polls.fetch_add(1, Ordering::SeqCst);
         }
         self.shared.flush_held();
+        // Ring links first; while they keep bringing frames, the epoll pass (a system
+        // call) is made only every 8th time.
+        let served = self.serve_rings(ctx, false);
+        if served && !self.polls.load(Ordering::Relaxed).is_multiple_of(8) {
+            return true;
+        }
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
         // SAFETY: events is a live buffer of 16 entries; timeout 0 never blocks.
         let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), events.as_mut_ptr(), 16, 0) };
         if n <= 0 {
-            return false;
+            return served;
         }
-        self.handle(ctx, &events[..n as usize], false)
+        self.handle(ctx, &events[..n as usize], false) | served
     }
 
     fn flush_held(&self) {
@@ -628,6 +688,13 @@ struct Shared {
     wake: OwnedFd,
     /// The progress thread (unparked out of `park_while_polled`).
     thread: std::sync::OnceLock<std::thread::Thread>,
+    /// Links whose frames travel through shared-memory rings (`ring`): polled by every
+    /// progress pass, told before the progress thread blocks. A snapshot, replaced on
+    /// change, so that a pass reads it without holding a lock.
+    rings: Mutex<Arc<Vec<Arc<TcpLink>>>>,
+    /// The progress thread is (about to be) blocked in `epoll_wait`, relying on the ring
+    /// links' bells: a thread that reads a bell meant for it raises `sleeping` again.
+    blocked: AtomicBool,
 }
 
 thread_local! {
@@ -636,6 +703,29 @@ thread_local! {
 }
 
 impl Shared {
+    fn rings(&self) -> Arc<Vec<Arc<TcpLink>>> {
+        lock(&self.rings).clone()
+    }
+
+    fn add_ring(&self, l: &Arc<TcpLink>) {
+        // The progress thread may be blocked with an older snapshot: until it looks at
+        // this link, the peer must ring.
+        if let Some(r) = l.ring.get() {
+            r.sleep(true);
+        }
+        let mut g = lock(&self.rings);
+        let mut v: Vec<_> = g.iter().cloned().collect();
+        v.push(l.clone());
+        *g = Arc::new(v);
+    }
+
+    fn remove_ring(&self, token: u64) {
+        let mut g = lock(&self.rings);
+        if g.iter().any(|l| l.token == token) {
+            *g = Arc::new(g.iter().filter(|l| l.token != token).cloned().collect());
+        }
+    }
+
     /// Gets the progress thread going, wherever it sleeps.
     fn wake(&self) {
         if let Some(t) = self.thread.get() {
@@ -691,6 +781,12 @@ impl Shared {
             l.rearm(&mut tx);
         }
     }
+}
+
+#[derive(Clone, Copy)]
+enum RoleKind {
+    Inbound,
+    Outbound,
 }
 
 enum Role {
@@ -913,6 +1009,12 @@ pub struct TcpLink {
     unix: bool,
     /// The peer's shared window, looked up at first use (`Link::window`).
     window: std::sync::OnceLock<Option<Arc<crate::core::window::Peer>>>,
+    /// An accepted unix stream whose first byte (`local::take_offer`) is still to come.
+    offer_pending: AtomicBool,
+    /// Frames travel through these rings; the socket carries bells and EOF.
+    ring: std::sync::OnceLock<Rings>,
+    /// Bytes wait in `tx` for room in the outgoing ring.
+    ring_blocked: AtomicBool,
 }
 
 /// Too many of the peer's requests are parked (`Tx::parked_over`).
@@ -950,7 +1052,8 @@ impl TcpLink {
         if was != pause {
             self.pause.store(pause, Ordering::SeqCst);
         }
-        let want = tx.connecting || (!tx.q.is_empty() && !tx.corked && !tx.held);
+        // A ring link is always writable: room comes with a bell (`ring_blocked`).
+        let want = (tx.connecting || (!tx.q.is_empty() && !tx.corked && !tx.held)) && self.ring.get().is_none();
         tx.want_out = want;
         let mask = (if pause != 0 { 0 } else { IN_EVENTS }) | (if want { libc::EPOLLOUT as u32 } else { 0 });
         if mask != tx.mask {
@@ -989,13 +1092,27 @@ impl TcpLink {
         if cnt == 0 {
             return Ok((0, true));
         }
-        // SAFETY: msghdr is plain data.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = cnt as _;
-        // SAFETY: every iovec points into a live slice (queue entries or `extra`) that
-        // outlives the call; MSG_NOSIGNAL avoids SIGPIPE.
-        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        let n = if let Some(r) = self.ring.get() {
+            // SAFETY: every iovec was made above from a live slice that outlives the call.
+            let parts: Vec<&[u8]> = iov[..cnt].iter().map(|v| unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) }).collect();
+            let (n, bell) = r.write(&parts);
+            if bell {
+                local::ring_bell(&self.fd);
+            }
+            self.ring_blocked.store(n < offered, Ordering::SeqCst);
+            if n == 0 {
+                return Ok((0, false));
+            }
+            n as isize
+        } else {
+            // SAFETY: msghdr is plain data.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = iov.as_mut_ptr();
+            msg.msg_iovlen = cnt as _;
+            // SAFETY: every iovec points into a live slice (queue entries or `extra`) that
+            // outlives the call; MSG_NOSIGNAL avoids SIGPIPE.
+            unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) }
+        };
         if n < 0 {
             let e = Errno::last().0;
             if e == libc::EAGAIN || e == libc::EINTR {
@@ -1122,7 +1239,8 @@ impl TcpLink {
         }
         let r = self.read_pass(ctx, &mut rx);
         // A polling thread (the progress thread parked) may hold its ACKs back.
-        let hold = !engine && self.shared.parked.load(Ordering::SeqCst);
+        // (Not on a ring link: a write there costs no system call to save.)
+        let hold = !engine && self.shared.parked.load(Ordering::SeqCst) && self.ring.get().is_none();
         if self.set_cork(false, hold).is_err() {
             return Err(false);
         }
@@ -1230,8 +1348,8 @@ impl TcpLink {
                 let need = if len < HDR_LEN { BULK_READ - len } else { pending.saturating_sub(len) + BULK_READ };
                 spare = spare.min(need);
             }
-            // SAFETY: writes at most `spare` bytes into the vector's spare capacity.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), rx.buf.as_mut_ptr().add(len).cast(), spare, libc::MSG_DONTWAIT) };
+            // SAFETY: the iovec names the vector's spare capacity of `spare` bytes.
+            let n = self.pull(&mut [libc::iovec { iov_base: unsafe { rx.buf.as_mut_ptr().add(len).cast() }, iov_len: spare }]);
             if n == 0 {
                 eof = true;
                 continue;
@@ -1250,6 +1368,61 @@ impl TcpLink {
                 drained = true;
             }
         }
+    }
+
+    /// Receives into `iov` as `recvmsg` would (bytes, 0 at EOF, -1 with errno set): from
+    /// the socket, or from the incoming ring once the stream has one (the socket then
+    /// holds only bells, read and dropped here, and tells EOF).
+    fn pull(self: &Arc<Self>, iov: &mut [libc::iovec]) -> isize {
+        if self.offer_pending.load(Ordering::SeqCst) {
+            match local::take_offer(&self.fd) {
+                local::Offer::Again => {
+                    crate::sys::set_errno(Errno::EAGAIN);
+                    return -1;
+                }
+                local::Offer::Gone => return 0,
+                local::Offer::Socket => {}
+                local::Offer::Rings(r) => {
+                    if self.ring.set(r).is_ok() && !self.dead.load(Ordering::SeqCst) {
+                        self.shared.add_ring(self);
+                    }
+                }
+            }
+            self.offer_pending.store(false, Ordering::SeqCst);
+        }
+        let Some(r) = self.ring.get() else {
+            // SAFETY: msghdr is plain data; the iovecs name the caller's live buffers.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = iov.as_mut_ptr();
+            msg.msg_iovlen = iov.len() as _;
+            // SAFETY: as above.
+            return unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+        };
+        for attempt in 0..2 {
+            let (n, bell) = r.read(iov);
+            if bell {
+                local::ring_bell(&self.fd);
+            }
+            if n > 0 {
+                return n as isize;
+            }
+            if attempt == 1 {
+                break;
+            }
+            let mut bells = [0u8; 256];
+            // SAFETY: reads at most 256 bytes into a live buffer.
+            let m = unsafe { libc::recv(self.fd.as_raw_fd(), bells.as_mut_ptr().cast(), bells.len(), libc::MSG_DONTWAIT) };
+            if m <= 0 {
+                return m; // EOF, or errno from recv (EAGAIN: nothing at all)
+            }
+            // The bell may have been for the progress thread, which then still sleeps: the
+            // peer must ring again (the next read below sees what it wrote before).
+            if self.shared.blocked.load(Ordering::SeqCst) {
+                r.sleep(true);
+            }
+        }
+        crate::sys::set_errno(Errno::EAGAIN);
+        -1
     }
 
     /// Whether a frame of kind `op` may come now: an accepted connection
@@ -1293,7 +1466,6 @@ impl TcpLink {
         let Rx { buf, direct, .. } = rx;
         let Some(d) = direct.as_mut() else { return Ok(Some((true, false))) };
         let len = d.h.payload_len as usize;
-        let fd = self.fd.as_raw_fd();
         let mut extra = 0;
         let n = if d.ok && !self.dead.load(Ordering::SeqCst) {
             let want = len - d.done;
@@ -1304,17 +1476,9 @@ impl TcpLink {
             buf.reserve(BULK_READ);
             let tail = buf.as_mut_ptr();
             let r = responder::recv_direct(&d.qp, &h, done, want, &mut |dst: *mut u8, n: usize| {
-                let mut iov = [
-                    libc::iovec { iov_base: dst.cast(), iov_len: n },
-                    libc::iovec { iov_base: tail.cast(), iov_len: BULK_READ },
-                ];
-                // SAFETY: msghdr is plain data.
-                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-                msg.msg_iov = iov.as_mut_ptr();
-                msg.msg_iovlen = 2;
-                // SAFETY: dst..dst+n lies inside a checked MR while the key lock is held;
-                // tail has BULK_READ bytes of spare capacity.
-                unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) }
+                // dst..dst+n lies inside a checked MR while the key lock is held; tail has
+                // BULK_READ bytes of spare capacity.
+                self.pull(&mut [libc::iovec { iov_base: dst.cast(), iov_len: n }, libc::iovec { iov_base: tail.cast(), iov_len: BULK_READ }])
             });
             match r {
                 Some(n) => {
@@ -1335,8 +1499,8 @@ impl TcpLink {
             buf.clear();
             buf.reserve(RX_CHUNK);
             let want = (len - d.done).min(buf.capacity());
-            // SAFETY: at most `want` ≤ capacity bytes into the empty vector's buffer.
-            unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) }
+            // At most `want` ≤ capacity bytes into the empty vector's buffer.
+            self.pull(&mut [libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: want }])
         };
         if n == 0 {
             return Err(());
@@ -1404,7 +1568,8 @@ impl Link for TcpLink {
         }
         let mut tx = lock(&self.tx);
         // Write now unless earlier bytes wait for room (EPOLLOUT then sends these too).
-        let writable = tx.q.is_empty() || tx.held;
+        // (A ring link has no EPOLLOUT to wait for: it writes whenever not corked.)
+        let writable = tx.q.is_empty() || tx.held || self.ring.get().is_some();
         let class = Class::of(&frame);
         tx.push(frame, class);
         if !tx.connecting && !tx.corked && writable {

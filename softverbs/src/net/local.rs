@@ -12,6 +12,7 @@
 //! a full backlog, or a name bound by another user (`same_user`) falls back to TCP.
 //! `SOFTVERBS_LOCAL=0` turns the unix path off (both listening and connecting).
 
+use super::ring::Rings;
 use crate::sys::{cerr, owned};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -114,4 +115,95 @@ pub fn peer_pid(fd: &OwnedFd) -> Option<u32> {
 /// comparing their streams' endpoints agree on the order, as with TCP.
 pub fn endpoint(port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port)
+}
+
+/// The connector's first byte on a unix stream: 1 with a memfd of byte rings
+/// (`ring::Rings`) passed along, through which both sides then send their frames, or 0
+/// (the frames follow on the socket). Returns our side of the rings.
+pub fn offer_rings(fd: &OwnedFd) -> crate::sys::Result<Option<Rings>> {
+    let made = if crate::core::window::enabled() { Rings::create() } else { None };
+    let mode = [made.is_some() as u8];
+    let mut iov = libc::iovec { iov_base: mode.as_ptr() as *mut libc::c_void, iov_len: 1 };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some((_, memfd)) = &made {
+        // SAFETY: CMSG_SPACE/CMSG_FIRSTHDR/CMSG_DATA address the live, aligned control
+        // buffer, which is large enough for one descriptor.
+        unsafe {
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), memfd.as_raw_fd());
+        }
+    }
+    // SAFETY: msg points at live buffers; a fresh unix stream takes one byte at once.
+    if unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) } != 1 {
+        return Err(crate::sys::Errno::last());
+    }
+    Ok(made.map(|(r, _)| r))
+}
+
+/// What the acceptor's first read of a unix stream found.
+pub enum Offer {
+    /// Frames follow on the socket.
+    Socket,
+    /// Frames come through these rings.
+    Rings(Rings),
+    /// Nothing yet.
+    Again,
+    /// EOF or a broken stream.
+    Gone,
+}
+
+/// Reads the connector's first byte (and the memfd passed with it).
+pub fn take_offer(fd: &OwnedFd) -> Offer {
+    let mut mode = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: mode.as_mut_ptr().cast(), iov_len: 1 };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: msg points at live buffers of the sizes it names.
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        let e = crate::sys::Errno::last().0;
+        return if e == libc::EAGAIN || e == libc::EINTR { Offer::Again } else { Offer::Gone };
+    }
+    if n == 0 {
+        return Offer::Gone;
+    }
+    let mut got: Option<OwnedFd> = None;
+    // SAFETY: walks the control messages recvmsg filled in, inside cbuf.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
+                got = crate::sys::owned(raw).ok();
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    match (mode[0], got) {
+        (0, None) => Offer::Socket,
+        (1, Some(m)) => Rings::map(&m, 1).map_or(Offer::Gone, Offer::Rings),
+        _ => Offer::Gone,
+    }
+}
+
+/// Wakes the peer of a ring stream (or tells it the ring has room): one byte on the socket.
+/// A full socket already holds bells enough.
+pub fn ring_bell(fd: &OwnedFd) {
+    let b = [0u8; 1];
+    // SAFETY: sends one byte from a live buffer on our own socket.
+    unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), 1, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
 }

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod frame;
 pub mod local;
 pub mod peers;
+pub mod ring;
 
 use crate::qp::Qp;
 use crate::sys::Result;
