@@ -10,8 +10,9 @@
 #   the same ib_write_bw and ib_send_lat over RoCEv2 (SOFTVERBS_WIRE=roce, both peers on
 #     127.0.0.1: one owns UDP 4791 and hands the other its packets)
 #                          goals: write >= 1 GB/s, send latency <= 2x the TCP floor
-#   rstream 64 B latency and 64 KiB bandwidth vs rstream -T s (kernel TCP): bandwidth >= 2x;
-#     riostream the same (64 B latency <= 1.5x rstream's); udpong 64 B
+#   rstream 64 B latency vs rstream -T s (kernel TCP); riostream 64 B latency (goal: <= 1.5x
+#     rstream's) and 64 KiB bandwidth; udpong 64 B (rstream's 64 KiB rows, against kernel TCP
+#     over several rounds: tests/rsocket/bench.sh)
 #   ucx_perftest (ucx-utils): tag latency and bandwidth, UCX's choice of transports, and its
 #     posix shared-memory transport's 64 B active-message latency and 64 KiB put bandwidth
 # Prints a table of ratios; timings are reported, never asserted.
@@ -52,9 +53,7 @@ rs() { # NAME PORT PROG "args" [launcher]
 	pair "$1" "$2" "$run $3 -p $2 $4" "$run $3 -s $A -p $2 $4"
 }
 rs rstream_lat 7613 rstream "-S 64 -C 1 -I 20000"
-rs rstream_bw 7614 rstream "-S 65536 -C 20000"
 rs tcp_rstream_lat 7615 rstream "-T s -S 64 -C 1 -I 20000" ""
-rs tcp_rstream_bw 7616 rstream "-T s -S 65536 -C 20000" ""
 rs riostream_lat 7617 riostream "-S 64 -C 1 -I 20000"
 rs riostream_bw 7618 riostream "-S 65536 -C 20000"
 timeout 60 "$L" udpong -b $A -p 7619 > "$out/udpong.server.txt" 2>&1 &
@@ -100,8 +99,8 @@ cm_total=${cm_row% *}; cm_per=${cm_row#* }
 
 # rstream/riostream rows: name bytes xfers iters total time Gb/sec usec/xfer; udpong's lacks iters
 rsv() { awk -v n="$2" '$1 == "custom" {print $n}' "$out/$1.txt"; }
-rs_lat=$(rsv rstream_lat 8); rs_bw=$(rsv rstream_bw 7)
-tcp_rs_lat=$(rsv tcp_rstream_lat 8); tcp_rs_bw=$(rsv tcp_rstream_bw 7)
+rs_lat=$(rsv rstream_lat 8)
+tcp_rs_lat=$(rsv tcp_rstream_lat 8)
 rio_lat=$(rsv riostream_lat 8); rio_bw=$(rsv riostream_bw 7)
 ud_lat=$(rsv udpong 7)
 memcpy_bw=$(awk '$1 == "memcpy" {print $2}' "$out/copy_floor.txt")
@@ -124,8 +123,7 @@ printf '%-34s %12s %12s %8s  %s\n' "RDMA read latency, avg (us)" "${rlat:-n/a}" 
 printf '%-34s %12s %12s %8s  %s\n' "RoCEv2 send latency 64 B, avg (us)" "${roce_lat:-n/a}" "${tcp_lat:-n/a}" "$(r "$roce_lat" "$tcp_lat")" "<= 2 (TCP ping-pong)"
 printf '%-34s %12s %12s %8s  %s\n' "RoCEv2 RDMA write 64 KiB (MB/s)" "${roce_bw:-n/a}" "${tcp_bw%.*}" "$(r "$roce_bw" "$tcp_bw")" ">= 1000 MB/s (stream path: ${bw:-n/a})"
 printf '%-34s %12s %12s %8s  %s\n' "rstream 64 B latency (us)" "${rs_lat:-n/a}" "${tcp_rs_lat:-n/a}" "$(r "$rs_lat" "$tcp_rs_lat")" "(rstream -T s: kernel TCP)"
-printf '%-34s %12s %12s %8s  %s\n' "rstream 64 KiB bandwidth (Gb/s)" "${rs_bw:-n/a}" "${tcp_rs_bw:-n/a}" "$(r "$rs_bw" "$tcp_rs_bw")" ">= 2"
 printf '%-34s %12s %12s %8s  %s\n' "riostream 64 B latency (us)" "${rio_lat:-n/a}" "${rs_lat:-n/a}" "$(r "$rio_lat" "$rs_lat")" "<= 1.5 (rstream over the fabric)"
-printf '%-34s %12s %12s %8s  %s\n' "riostream 64 KiB bandwidth (Gb/s)" "${rio_bw:-n/a}" "${tcp_rs_bw:-n/a}" "$(r "$rio_bw" "$tcp_rs_bw")" "(reported; rstream -T s)"
+printf '%-34s %12s %12s %8s  %s\n' "riostream 64 KiB bandwidth (Gb/s)" "${rio_bw:-n/a}" "" "" "(reported)"
 printf '%-34s %12s %12s %8s  %s\n' "udpong 64 B (us/xfer)" "${ud_lat:-n/a}" "${tcp_lat:-n/a}" "$(r "$ud_lat" "$tcp_lat")" "(reported; TCP ping-pong)"
 printf '%-34s %12s %12s %8s  %s\n' "cmtime -c 1000 connect (us/conn)" "${cm_per:-n/a}" "1000" "$(r "$cm_per" 1000)" "<= 1 (exit $cmrc)"

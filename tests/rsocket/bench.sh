@@ -5,9 +5,10 @@
 # shared machine's speed drifts between runs; a single pair of runs can be off
 # by 2x), and the table shows each side's median and the min/median/max of the
 # per-round ratios. Timings are reported, never asserted. The soft fabric's
-# streams between two processes of one host are unix sockets; the rows marked
-# "TCP links" run rsockets with SOFTVERBS_LOCAL=0 (softverbs over loopback TCP
-# links), so the unix streams' gain is measured in the same run.
+# streams between two processes of one host carry their frames through
+# shared-memory rings; the rows marked "TCP links" run rsockets with
+# SOFTVERBS_LOCAL=0 (softverbs over loopback TCP links), so the same-host
+# path's gain is measured in the same run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/soft/lib.sh

@@ -37,6 +37,13 @@ struct Ctl {
 
 const _: () = assert!(std::mem::size_of::<Ctl>() <= CTL);
 
+/// Bytes between `head` and `tail`, never more than the ring: the peer could write
+/// anything into the counters, and no copy may then leave the data area (the frames that
+/// come out go through `frame::decode` as any others).
+fn used(tail: u64, head: u64) -> usize {
+    tail.wrapping_sub(head).min(RING as u64) as usize
+}
+
 /// One side's view of the two rings.
 pub struct Rings {
     base: *mut u8,
@@ -104,11 +111,11 @@ impl Rings {
     pub fn write(&self, parts: &[&[u8]]) -> (usize, bool) {
         let c = self.ctl(self.out());
         let tail = c.tail.load(SeqCst);
-        let mut room = RING - (tail - c.head.load(SeqCst)) as usize;
+        let mut room = RING - used(tail, c.head.load(SeqCst));
         let want: usize = parts.iter().map(|p| p.len()).sum();
         if room < want {
             c.want_room.store(1, SeqCst);
-            room = RING - (tail - c.head.load(SeqCst)) as usize;
+            room = RING - used(tail, c.head.load(SeqCst));
         }
         let mut at = tail;
         for p in parts {
@@ -143,7 +150,7 @@ impl Rings {
     pub fn read(&self, iov: &[libc::iovec]) -> (usize, bool) {
         let c = self.ctl(self.inn());
         let head = c.head.load(SeqCst);
-        let avail = (c.tail.load(SeqCst) - head) as usize;
+        let avail = used(c.tail.load(SeqCst), head);
         let mut at = head;
         for v in iov {
             let n = v.iov_len.min(avail - (at - head) as usize);
@@ -177,7 +184,7 @@ impl Rings {
     /// The outgoing ring has room.
     pub fn has_room(&self) -> bool {
         let c = self.ctl(self.out());
-        c.tail.load(SeqCst) - c.head.load(SeqCst) < RING as u64
+        used(c.tail.load(SeqCst), c.head.load(SeqCst)) < RING
     }
 
     /// The consumer side is about to block (`on`), or is awake again. Returns whether
@@ -233,5 +240,20 @@ mod tests {
         // the other direction
         assert_eq!(b.write(&[b"back"]).0, 4);
         assert_eq!(read_all(&a, 8), b"back");
+    }
+
+    #[test]
+    fn counters_a_peer_scribbled_on_keep_copies_inside() {
+        let (a, fd) = Rings::create().expect("memfd");
+        let b = Rings::map(&fd, 1).expect("map");
+        for (tail, head) in [(u64::MAX, 0), (0, u64::MAX), (5 * RING as u64 + 3, 1), (7, 9)] {
+            a.ctl(0).tail.store(tail, SeqCst);
+            a.ctl(0).head.store(head, SeqCst);
+            let mut buf = vec![0u8; 3 * RING];
+            let (n, _) = b.read(&[libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }]);
+            assert!(n <= RING);
+            let (m, _) = a.write(&[&buf]);
+            assert!(m <= RING);
+        }
     }
 }
