@@ -658,11 +658,12 @@ impl Transport for Engine {
 
     fn kick(&self) {
         self.shared.flush_held();
-        if self.shared.parked.load(Ordering::SeqCst) {
-            self.kicked.store(true, Ordering::SeqCst);
-            if let Some(t) = self.shared.thread.get() {
-                t.unpark();
-            }
+        // Also when not parked yet: the progress thread may be about to park (it decided to
+        // after its last wake-up), and would then sleep a whole step while the application
+        // waits for it. A kick left over only shortens the next park.
+        self.kicked.store(true, Ordering::SeqCst);
+        if let Some(t) = self.shared.thread.get() {
+            t.unpark();
         }
     }
 }
