@@ -126,6 +126,14 @@ pair() {
     fi
     cat "$RUN/bg-$id.log" >>"$glog" 2>/dev/null
     echo "exit $hrc" >>"$hlog"; echo "exit $grc" >>"$glog"
+    # A lost final DREQ (netem): the host client destroys its id right after
+    # rdma_disconnect, which ends the DREQ's resends, as the kernel CM's cm_destroy_id does
+    # for Debian's library, so the guest server may wait for DISCONNECTED until its timeout.
+    # Every ping it verified is what counts then.
+    if [ -n "${LAST_PING:-}" ] && [ "$side" = guest ] && [ "$hrc" = 0 ] && [ "$grc" = 124 ] && grep -q "$LAST_PING" "$glog"; then
+      echo "[$label] the guest server verified every ping but saw no DREQ (lost on the wire; nobody resends it after rdma_destroy_id)" >>"$glog"
+      grc=0
+    fi
     # perftest refuses to report when its TSC fit is poor under TCG (docs/testing.md): once more
     [ $try = 1 ] && [ $((hrc + grc)) != 0 ] && grep -q "Correlation coefficient" "$hlog" "$glog" || break
     echo "[$label] perftest's clock fit failed (r^2 < 0.9): running the pair once more"
@@ -289,7 +297,8 @@ if want "netem"; then
     tc qdisc add dev ifb0 root netem $NETEM" >"$RES/netem.log" 2>&1 && netem=1 || netem=0
   if [ $netem = 1 ]; then
     T=$((T * 2))
-    pair "netem rping -v -V -C 100: guest server" guest 7174 rping "rping -s -a $GUEST_IP -v -V -C 100" "rping -c -a $GUEST_IP -v -V -C 100"
+    LAST_PING="server ping data: rdma-ping-99" \
+      pair "netem rping -v -V -C 100: guest server" guest 7174 rping "rping -s -a $GUEST_IP -v -V -C 100" "rping -c -a $GUEST_IP -v -V -C 100"
     pair "netem rping -v -V -C 100: host server" host 7174 - "rping -c -a $HOST_IP -v -V -C 100" "rping -s -a $HOST_IP -v -V -C 100"
     verbs_pair ib_write_bw -x "-n 200 -s 65536"
     T=$((T / 2))

@@ -393,7 +393,8 @@ mod tests {
         }
         let me = std::process::id();
         let peer = Peer::open(me).expect("own window");
-        let rkey = 0x1234_0007;
+        // A slot no MR of a concurrent test holds.
+        let rkey = (7..).map(|i| 0x1234_0000 | i).find(|&k| mr_slot_free(k)).expect("a free slot");
         publish_mr(rkey, 5, 0x1000, 0x100, 0x7000, libc::c_uint::from(rdma_abi::verbs::IBV_ACCESS_REMOTE_WRITE));
         let w = rdma_abi::verbs::IBV_ACCESS_REMOTE_WRITE;
         let r = rdma_abi::verbs::IBV_ACCESS_REMOTE_READ;

@@ -117,21 +117,22 @@ impl Rings {
             c.want_room.store(1, SeqCst);
             room = RING - used(tail, c.head.load(SeqCst));
         }
-        let mut at = tail;
+        // Counters wrap (they may start anywhere a peer left them).
+        let mut done = 0usize;
         for p in parts {
-            let n = p.len().min(room - (at - tail) as usize);
-            self.copy_in(at, &p[..n]);
-            at += n as u64;
+            let n = p.len().min(room - done);
+            self.copy_in(tail.wrapping_add(done as u64), &p[..n]);
+            done += n;
             if n < p.len() {
                 break;
             }
         }
-        if at == tail {
+        if done == 0 {
             return (0, false);
         }
-        c.tail.store(at, SeqCst);
+        c.tail.store(tail.wrapping_add(done as u64), SeqCst);
         let bell = c.sleeping.load(SeqCst) != 0 && c.sleeping.swap(0, SeqCst) != 0;
-        ((at - tail) as usize, bell)
+        (done, bell)
     }
 
     fn copy_in(&self, at: u64, src: &[u8]) {
@@ -151,10 +152,10 @@ impl Rings {
         let c = self.ctl(self.inn());
         let head = c.head.load(SeqCst);
         let avail = used(c.tail.load(SeqCst), head);
-        let mut at = head;
+        let mut done = 0usize;
         for v in iov {
-            let n = v.iov_len.min(avail - (at - head) as usize);
-            let off = (at % RING as u64) as usize;
+            let n = v.iov_len.min(avail - done);
+            let off = (head.wrapping_add(done as u64) % RING as u64) as usize;
             let first = n.min(RING - off);
             // SAFETY: the destination is the caller's buffer of iov_len bytes; the source
             // range holds bytes the producer published (below `tail`).
@@ -162,17 +163,17 @@ impl Rings {
                 std::ptr::copy_nonoverlapping(self.data(self.inn()).add(off), v.iov_base.cast(), first);
                 std::ptr::copy_nonoverlapping(self.data(self.inn()), v.iov_base.cast::<u8>().add(first), n - first);
             }
-            at += n as u64;
+            done += n;
             if n < v.iov_len {
                 break;
             }
         }
-        if at == head {
+        if done == 0 {
             return (0, false);
         }
-        c.head.store(at, SeqCst);
+        c.head.store(head.wrapping_add(done as u64), SeqCst);
         let bell = c.want_room.load(SeqCst) != 0 && c.want_room.swap(0, SeqCst) != 0;
-        ((at - head) as usize, bell)
+        (done, bell)
     }
 
     /// Bytes wait in the incoming ring.
