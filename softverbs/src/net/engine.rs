@@ -213,7 +213,7 @@ impl Engine {
     /// `rings`: the connector's side of a ring stream (`local::offer_rings`).
     fn register(&self, fd: OwnedFd, role: Role, connecting: bool, listener: Option<SocketAddr>, tcp: bool, rings: Option<Rings>) -> Result<Arc<TcpLink>> {
         let token = self.next_token.fetch_add(1, Ordering::SeqCst);
-        let role_kind = if matches!(role, Role::Inbound) { RoleKind::Inbound } else { RoleKind::Outbound };
+        let inbound = matches!(role, Role::Inbound);
         if tcp {
             setopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
             // A peer whose host died (no FIN, no RST) fails the link once data has
@@ -236,7 +236,7 @@ impl Engine {
             pause: AtomicU8::new(0),
             unix: !tcp,
             window: std::sync::OnceLock::new(),
-            offer_pending: AtomicBool::new(!tcp && matches!(role_kind, RoleKind::Inbound)),
+            offer_pending: AtomicBool::new(!tcp && inbound),
             ring: std::sync::OnceLock::new(),
             ring_blocked: AtomicBool::new(false),
         });
@@ -782,12 +782,6 @@ impl Shared {
             l.rearm(&mut tx);
         }
     }
-}
-
-#[derive(Clone, Copy)]
-enum RoleKind {
-    Inbound,
-    Outbound,
 }
 
 enum Role {
