@@ -101,6 +101,7 @@ test-c: $(BUILD_DEP)
 # dev_unreachable runs in netns.sh; dev_af_ib needs AF_IB, which the soft fabric (IP only) lacks.
 test-soft: $(BUILD_DEP)
 	bash tests/soft/run.sh
+	SOFTVERBS_SHM=0 bash tests/soft/run.sh
 	SOFT=1 VALGRIND=0 bash c-examples/run.sh
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 \
 	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
