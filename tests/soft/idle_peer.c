@@ -6,34 +6,7 @@
  *       sleeps until killed.
  * Nothing is sent on the connection: only the CM can notice that the peer's
  * host went away. */
-#include "dev.h" /* c-examples: fatal, dev_wait, now_ms */
-
-static struct rdma_event_channel *ch;
-
-static void die(const char *what)
-{
-	fatal("%s: %s", what, strerror(errno));
-}
-
-/* The next event within ms, or NULL (a timeout). */
-static struct rdma_cm_event *next(int ms)
-{
-	struct rdma_cm_event *ev;
-	int r = dev_wait(ch, ms, &ev);
-
-	if (r < 0)
-		die("rdma_get_cm_event");
-	return r ? NULL : ev;
-}
-
-static struct rdma_cm_event *expect(enum rdma_cm_event_type t, int ms)
-{
-	struct rdma_cm_event *ev = next(ms);
-
-	if (!ev || ev->event != t)
-		fatal("wanted %s, got %s", rdma_event_str(t), ev ? rdma_event_str(ev->event) : "nothing");
-	return ev;
-}
+#include "pair.h" /* ch, die, next, expect */
 
 static void make_qp(struct rdma_cm_id *id)
 {

@@ -1,6 +1,6 @@
 /* One-sided operations that need no CPU at the target, as a pair of processes:
- *   onesided_pair server IP PORT [refuse]
- *   onesided_pair client IP PORT [refuse]
+ *   onesided_pair server IP PORT [refuse|off]
+ *   onesided_pair client IP PORT [refuse|off]
  * The server registers three buffers filled with 0x5a: "rw" (REMOTE_WRITE), "ro"
  * (REMOTE_READ, then filled with a pattern) and "gone" (REMOTE_WRITE, deregistered
  * before any connection), and accepts six connections, telling each its pid, addresses
@@ -18,8 +18,9 @@
  * as a NIC would). With "refuse" the server makes itself non-dumpable first, so the
  * kernel refuses the client process_vm_writev/readv: the requests then take the stream
  * path, must not complete while the server is stopped, and must once it continues.
+ * "off" (run with SOFTVERBS_SHM=0) expects the same of a dumpable server.
  * Exit 0 when everything held. */
-#include "dev.h" /* c-examples: fatal, dev_wait, now_ms, sleep_ms */
+#include "pair.h" /* ch, die, expect, connect_established */
 #include <linux/capability.h>
 #include <dirent.h>
 #include <signal.h>
@@ -30,30 +31,14 @@
 #define SZ (BIG + 4096)
 #define ROUNDS 6
 
-static struct rdma_event_channel *ch;
-static int refuse;
+/* refuse: the kernel is made to refuse the same-host copy; off: the path is switched off
+ * (SOFTVERBS_SHM=0). Either way round 0 must wait for the stopped server. */
+static int refuse, stream_only;
 
 struct info {
 	uint64_t pid, rw, ro, gone;
 	uint32_t rw_key, ro_key, gone_key, pad;
 };
-
-static void die(const char *what)
-{
-	fatal("%s: %s", what, strerror(errno));
-}
-
-static struct rdma_cm_event *expect(enum rdma_cm_event_type t, int ms)
-{
-	struct rdma_cm_event *ev;
-	int r = dev_wait(ch, ms, &ev);
-
-	if (r < 0)
-		die("rdma_get_cm_event");
-	if (r || ev->event != t)
-		fatal("wanted %s, got %s", rdma_event_str(t), r ? "nothing" : rdma_event_str(ev->event));
-	return ev;
-}
 
 static void make_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq)
 {
@@ -215,11 +200,11 @@ static int round0(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char 
 	stop((pid_t)in->pid);
 	post(qp, IBV_WR_RDMA_WRITE, &w, in->rw, in->rw_key, 1);
 	post(qp, IBV_WR_RDMA_READ, &r, in->ro, in->ro_key, 2);
-	early = poll_n(cq, 2, refuse ? 300 : 5000, wc);
+	early = poll_n(cq, 2, stream_only ? 300 : 5000, wc);
 	if (kill((pid_t)in->pid, SIGCONT))
 		die("kill(SIGCONT)");
 	printf("round 0: %d of 2 completions while the server was stopped\n", early);
-	if (early != (refuse ? 0 : 2))
+	if (early != (stream_only ? 0 : 2))
 		fails++;
 	got = early + poll_n(cq, 2 - early, 15000, wc + early);
 	for (int i = 0; i < got; i++)
@@ -286,18 +271,7 @@ static int client(struct rdma_addrinfo *ai)
 		if (!(mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE)))
 			die("ibv_reg_mr");
 		make_qp(id, pd, cq);
-		for (int tries = 0;; tries++) {
-			if (rdma_connect(id, &cp))
-				die("rdma_connect");
-			if (dev_wait(ch, 15000, &ev))
-				fatal("no answer to the connect");
-			if (ev->event == RDMA_CM_EVENT_ESTABLISHED)
-				break;
-			if (ev->event != RDMA_CM_EVENT_REJECTED || tries == 20)
-				fatal("connect: %s", rdma_event_str(ev->event));
-			rdma_ack_cm_event(ev);
-			sleep_ms(200);
-		}
+		ev = connect_established(id, &cp);
 		if (ev->param.conn.private_data_len < sizeof(in))
 			fatal("no private data in the REP");
 		memcpy(&in, ev->param.conn.private_data, sizeof(in));
@@ -336,12 +310,13 @@ int main(int argc, char **argv)
 	int srv, fails;
 
 	if ((argc != 4 && argc != 5) || (strcmp(argv[1], "server") && strcmp(argv[1], "client")) ||
-	    (argc == 5 && strcmp(argv[4], "refuse"))) {
-		fprintf(stderr, "usage: %s server|client IP PORT [refuse]\n", argv[0]);
+	    (argc == 5 && strcmp(argv[4], "refuse") && strcmp(argv[4], "off"))) {
+		fprintf(stderr, "usage: %s server|client IP PORT [refuse|off]\n", argv[0]);
 		return 2;
 	}
 	srv = !strcmp(argv[1], "server");
-	refuse = argc == 5;
+	refuse = argc == 5 && !strcmp(argv[4], "refuse");
+	stream_only = argc == 5;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (srv)
 		hints.ai_flags = RAI_PASSIVE;

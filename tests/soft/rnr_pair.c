@@ -9,26 +9,7 @@
  * then completes with IBV_WC_SUCCESS and its bytes arrive intact.
  * Both sides ask for the same rnr_retry_count (the IB CM gives the active side
  * the REP's and the passive side the REQ's). Exit 0 when everything held. */
-#include "dev.h" /* c-examples: fatal, dev_wait, now_ms, sleep_ms */
-
-static struct rdma_event_channel *ch;
-
-static void die(const char *what)
-{
-	fatal("%s: %s", what, strerror(errno));
-}
-
-static struct rdma_cm_event *expect(enum rdma_cm_event_type t, int ms)
-{
-	struct rdma_cm_event *ev;
-	int r = dev_wait(ch, ms, &ev);
-
-	if (r < 0)
-		die("rdma_get_cm_event");
-	if (r || ev->event != t)
-		fatal("wanted %s, got %s", rdma_event_str(t), r ? "nothing" : rdma_event_str(ev->event));
-	return ev;
-}
+#include "pair.h" /* ch, die, expect, connect_established */
 
 struct conn {
 	struct rdma_cm_id *id;
@@ -151,23 +132,8 @@ static int client(struct rdma_addrinfo *ai)
 			die("rdma_resolve_route");
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
 		make_qp(&c);
-		/* Round 2 may find the server still tearing round 1 down: connect again. */
-		for (int tries = 0;; tries++) {
-			struct rdma_cm_event *ev;
-
-			if (rdma_connect(c.id, &cp))
-				die("rdma_connect");
-			if (dev_wait(ch, 15000, &ev))
-				fatal("no answer to the connect");
-			if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
-				rdma_ack_cm_event(ev);
-				break;
-			}
-			if (ev->event != RDMA_CM_EVENT_REJECTED || tries == 20)
-				fatal("connect: %s", rdma_event_str(ev->event));
-			rdma_ack_cm_event(ev);
-			sleep_ms(200);
-		}
+		/* Round 2 may find the server still tearing round 1 down. */
+		rdma_ack_cm_event(connect_established(c.id, &cp));
 		fill(c.buf, r);
 		sge = (struct ibv_sge){ (uintptr_t)c.buf, 3000, c.mr->lkey };
 		t0 = now_ms();
