@@ -69,3 +69,43 @@ pub fn random_u64() -> u64 {
 pub fn random_u32() -> u32 {
     random_u64() as u32
 }
+
+/// A shared read-write mapping of the first `len` bytes of a file (memory other processes
+/// map too), unmapped on drop. What lives in it is the user's to order: atomics, or a
+/// protocol such as `net::ring`'s.
+pub struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping itself may be used from any thread; accesses to its contents are
+// ordered by its users (see the type's comment).
+unsafe impl Send for SharedMap {}
+// SAFETY: as for Send.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// Maps `fd` if the file holds at least `len` bytes.
+    pub fn of(fd: &impl AsRawFd, len: usize) -> Option<SharedMap> {
+        // SAFETY: stat is plain data; fstat fills it for our open fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as u64) < len as u64 {
+            return None;
+        }
+        // SAFETY: maps `len` bytes of a file at least that large.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        (p != libc::MAP_FAILED).then_some(SharedMap { ptr: p.cast(), len })
+    }
+
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}

@@ -14,6 +14,7 @@
 //! A slot a peer cannot use (no free slot, all lanes busy, a QP slot taken by another
 //! QP) only means the request takes the stream path, whose checks are the same.
 
+use crate::sys::SharedMap;
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -63,45 +64,29 @@ struct MrSlot {
 
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 64 && std::mem::size_of::<Head>() <= HEAD_BYTES);
 
-/// A mapping of a window file.
-struct Map {
-    ptr: *mut u8,
-}
-
-// SAFETY: the mapping is shared memory accessed only through atomics.
-unsafe impl Send for Map {}
-// SAFETY: as for Send.
-unsafe impl Sync for Map {}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: ptr is our own mapping of SIZE bytes, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), SIZE) };
-    }
-}
+/// A mapping of a window file (accessed only through atomics).
+struct Map(SharedMap);
 
 impl Map {
     fn of(f: &File) -> Option<Map> {
-        // SAFETY: maps SIZE bytes of a file of at least that size; checked below.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
-        (p != libc::MAP_FAILED).then_some(Map { ptr: p.cast() })
+        SharedMap::of(f, SIZE).map(Map)
     }
 
     fn head(&self) -> &Head {
         // SAFETY: the head lies at offset 0 of the mapping; all its fields are atomics.
-        unsafe { &*(self.ptr as *const Head) }
+        unsafe { &*(self.0.ptr() as *const Head) }
     }
 
     fn qp(&self, qpn: u32) -> &QpSlot {
         let i = qpn as usize & (QP_SLOTS - 1);
         // SAFETY: slot i of the QP array lies inside the mapping; fields are atomics.
-        unsafe { &*(self.ptr.add(QP_AT) as *const QpSlot).add(i) }
+        unsafe { &*(self.0.ptr().add(QP_AT) as *const QpSlot).add(i) }
     }
 
     fn mr(&self, rkey: u32) -> &MrSlot {
         let i = rkey as usize & (MR_SLOTS - 1);
         // SAFETY: slot i of the MR array lies inside the mapping; fields are atomics.
-        unsafe { &*(self.ptr.add(MR_AT) as *const MrSlot).add(i) }
+        unsafe { &*(self.0.ptr().add(MR_AT) as *const MrSlot).add(i) }
     }
 }
 
@@ -145,7 +130,7 @@ fn local() -> Option<&'static Map> {
             };
             let h = map.head();
             h.pid.store(pid as u64, SeqCst);
-            h.base.store(map.ptr as u64, SeqCst);
+            h.base.store(map.0.ptr() as u64, SeqCst);
             h.magic.store(MAGIC, SeqCst);
             // SAFETY: registers a plain extern "C" function without arguments.
             unsafe { libc::atexit(remove_at_exit) };
@@ -223,23 +208,26 @@ pub fn retract_mr(rkey: u32) {
     }
 }
 
-/// Publishes what a peer may do to QP `qpn` now (`flags`: `QP_WRITE`, `QP_READ`; 0 when
-/// it serves nothing), or withdraws it (`gone`). Caller holds the QP's lock.
-pub fn publish_qp(qpn: u32, dest: u32, pd: u64, flags: u64, gone: bool) {
-    let Some(m) = local() else { return };
+/// QP `qpn`'s slot, unless another QP has it (ours then takes the stream path).
+fn qp_slot(m: &Map, qpn: u32) -> Option<&QpSlot> {
     let s = m.qp(qpn);
     let cur = s.word.load(SeqCst);
-    if cur & QP_USED != 0 && cur as u32 & 0xff_ffff != qpn {
-        return; // another QP has the slot: ours takes the stream path
-    }
-    if gone {
-        if cur != 0 {
-            s.word.store(0, SeqCst);
-        }
-        return;
-    }
+    (cur & QP_USED == 0 || cur as u32 & 0xff_ffff == qpn).then_some(s)
+}
+
+/// Publishes what a peer may do to QP `qpn` now (`flags`: `QP_WRITE`, `QP_READ`; 0 when
+/// it serves nothing). Caller holds the QP's lock.
+pub fn publish_qp(qpn: u32, dest: u32, pd: u64, flags: u64) {
+    let Some(s) = local().and_then(|m| qp_slot(m, qpn)) else { return };
     s.pd.store(pd, SeqCst);
     s.word.store(QP_USED | flags | (dest as u64 & 0xff_ffff) << 24 | qpn as u64, SeqCst);
+}
+
+/// Withdraws a destroyed QP.
+pub fn withdraw_qp(qpn: u32) {
+    if let Some(s) = local().and_then(|m| qp_slot(m, qpn)) {
+        s.word.store(0, SeqCst);
+    }
 }
 
 /// A peer's window, mapped by the initiator.
@@ -274,9 +262,8 @@ impl Peer {
             return None;
         }
         let f = fs::OpenOptions::new().read(true).write(true).open(path_of(pid)?).ok()?;
-        let md = f.metadata().ok()?;
         // SAFETY: getuid has no preconditions.
-        if md.len() < SIZE as u64 || std::os::unix::fs::MetadataExt::uid(&md) != unsafe { libc::getuid() } {
+        if std::os::unix::fs::MetadataExt::uid(&f.metadata().ok()?) != unsafe { libc::getuid() } {
             return None;
         }
         let map = Map::of(&f)?;
@@ -410,10 +397,10 @@ mod tests {
         retract_mr(rkey);
         assert!(peer.pin(rkey, 5, 0x1010, 0x10, w).is_none(), "retracted");
         assert!(mr_slot_free(rkey));
-        publish_qp(0x00ab_cdef, 0x12, 9, QP_WRITE, false);
+        publish_qp(0x00ab_cdef, 0x12, 9, QP_WRITE);
         assert_eq!(peer.qp(0x00ab_cdef, 0x12), Some((QP_USED | QP_WRITE | 0x12 << 24 | 0xab_cdef, 9)));
         assert_eq!(peer.qp(0x00ab_cdef, 0x13), None, "another peer QP");
-        publish_qp(0x00ab_cdef, 0, 0, 0, true);
+        withdraw_qp(0x00ab_cdef);
         assert_eq!(peer.qp(0x00ab_cdef, 0x12), None);
     }
 }

@@ -13,6 +13,7 @@
 //! takes `sleeping` down (ringing if it was up); both sequentially consistent, so one
 //! of them sees the other. Room works the same way with `want_room`.
 
+use crate::sys::SharedMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
@@ -44,24 +45,17 @@ fn used(tail: u64, head: u64) -> usize {
     tail.wrapping_sub(head).min(RING as u64) as usize
 }
 
-/// One side's view of the two rings.
-pub struct Rings {
-    base: *mut u8,
-    /// 0: the connector's side (writes ring 0, reads ring 1); 1: the acceptor's.
-    side: usize,
+/// Takes down a flag the other side raised: true once per raise.
+fn take(f: &AtomicU32) -> bool {
+    f.load(SeqCst) != 0 && f.swap(0, SeqCst) != 0
 }
 
-// SAFETY: the mapping is shared memory; control words are atomics and the data areas are
-// accessed by one producer and one consumer (the link's locks), ordered by the counters.
-unsafe impl Send for Rings {}
-// SAFETY: as for Send.
-unsafe impl Sync for Rings {}
-
-impl Drop for Rings {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping of SIZE bytes, unmapped once.
-        unsafe { libc::munmap(self.base.cast(), SIZE) };
-    }
+/// One side's view of the two rings. Control words are atomics; each data area has one
+/// producer and one consumer at a time (the link's locks), ordered by the counters.
+pub struct Rings {
+    map: SharedMap,
+    /// 0: the connector's side (writes ring 0, reads ring 1); 1: the acceptor's.
+    side: usize,
 }
 
 impl Rings {
@@ -78,24 +72,17 @@ impl Rings {
 
     /// Maps a memfd received from the connector (`side` 1), or our own (`side` 0).
     pub fn map(fd: &OwnedFd, side: usize) -> Option<Rings> {
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat fills a live stat of our fd.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as usize) < SIZE {
-            return None;
-        }
-        // SAFETY: maps SIZE bytes of a file at least that large.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
-        (p != libc::MAP_FAILED).then_some(Rings { base: p.cast(), side })
+        Some(Rings { map: SharedMap::of(fd, SIZE)?, side })
     }
 
     fn ctl(&self, ring: usize) -> &Ctl {
         // SAFETY: control block `ring` lies inside the mapping; its fields are atomics.
-        unsafe { &*(self.base.add(ring * CTL) as *const Ctl) }
+        unsafe { &*(self.map.ptr().add(ring * CTL) as *const Ctl) }
     }
 
     fn data(&self, ring: usize) -> *mut u8 {
         // SAFETY: data area `ring` lies inside the mapping.
-        unsafe { self.base.add(2 * CTL + ring * RING) }
+        unsafe { self.map.ptr().add(2 * CTL + ring * RING) }
     }
 
     fn out(&self) -> usize {
@@ -131,8 +118,7 @@ impl Rings {
             return (0, false);
         }
         c.tail.store(tail.wrapping_add(done as u64), SeqCst);
-        let bell = c.sleeping.load(SeqCst) != 0 && c.sleeping.swap(0, SeqCst) != 0;
-        (done, bell)
+        (done, take(&c.sleeping))
     }
 
     fn copy_in(&self, at: u64, src: &[u8]) {
@@ -155,14 +141,8 @@ impl Rings {
         let mut done = 0usize;
         for v in iov {
             let n = v.iov_len.min(avail - done);
-            let off = (head.wrapping_add(done as u64) % RING as u64) as usize;
-            let first = n.min(RING - off);
-            // SAFETY: the destination is the caller's buffer of iov_len bytes; the source
-            // range holds bytes the producer published (below `tail`).
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.data(self.inn()).add(off), v.iov_base.cast(), first);
-                std::ptr::copy_nonoverlapping(self.data(self.inn()), v.iov_base.cast::<u8>().add(first), n - first);
-            }
+            // SAFETY: the caller's iovec names a writable buffer of iov_len >= n bytes.
+            unsafe { self.copy_out(head.wrapping_add(done as u64), v.iov_base.cast(), n) };
             done += n;
             if n < v.iov_len {
                 break;
@@ -172,8 +152,22 @@ impl Rings {
             return (0, false);
         }
         c.head.store(head.wrapping_add(done as u64), SeqCst);
-        let bell = c.want_room.load(SeqCst) != 0 && c.want_room.swap(0, SeqCst) != 0;
-        (done, bell)
+        (done, take(&c.want_room))
+    }
+
+    /// Copies `n` published bytes from offset `at` of the incoming ring to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `n` bytes, and `n` at most the bytes published there.
+    unsafe fn copy_out(&self, at: u64, dst: *mut u8, n: usize) {
+        let off = (at % RING as u64) as usize;
+        let first = n.min(RING - off);
+        // SAFETY: [off, off+first) and [0, n-first) lie in the incoming data area (n <= RING);
+        // dst is the caller's.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data(self.inn()).add(off), dst, first);
+            std::ptr::copy_nonoverlapping(self.data(self.inn()), dst.add(first), n - first);
+        }
     }
 
     /// Bytes wait in the incoming ring.

@@ -20,6 +20,7 @@ use crate::core::mem;
 use crate::core::window::{Peer, QP_READ, QP_WRITE};
 use crate::net::frame::{decode_header, Op, F_IMM, QPN_MASK};
 use crate::net::Link;
+use crate::qp::requester::inline_parts;
 use rdma_abi::verbs::*;
 
 /// Runs the head WQE directly if it may; true: done (its completion is queued and it has
@@ -47,10 +48,11 @@ pub fn run_head(qp: &Qp, st: &mut QpState, link: &dyn Link) -> bool {
     let Some(peer) = link.window() else { return false };
     let dqpn = st.attr.dest_qp_num & QPN_MASK;
     let Some((flags, pd)) = peer.qp(dqpn, qp.qpn) else { return false };
+    let t = Target { peer: &peer, pd, rkey: h.rkey, raddr: h.raddr, len };
     let done = if write {
-        flags & QP_WRITE != 0 && write_to(qp, &peer, pd, h.rkey, h.raddr, len, &w.local, w.borrowed)
+        flags & QP_WRITE != 0 && write_to(qp, &t, &w.local, w.borrowed)
     } else {
-        flags & QP_READ != 0 && read_from(qp, &peer, pd, h.rkey, h.raddr, len, &w.local)
+        flags & QP_READ != 0 && read_from(qp, &t, &w.local)
     };
     if !done {
         return false;
@@ -68,35 +70,40 @@ fn iov(addr: usize, len: usize) -> libc::iovec {
     libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len }
 }
 
-/// Copies everything or reports failure (`process_vm_*` moves less than asked only when
-/// it meets an unmapped page, after which the stream path repeats the whole request).
-fn copy(peer: &Peer, local: &mut [libc::iovec], addr: u64, len: usize, write: bool) -> bool {
-    let n = if write { peer.write(local, addr, len) } else { peer.read(local, addr, len) };
-    n == Some(len)
+/// The peer's side of one operation: `len` bytes at `raddr` under `rkey`, in PD `pd` of
+/// its QP.
+struct Target<'a> {
+    peer: &'a Peer,
+    pd: u64,
+    rkey: u32,
+    raddr: u64,
+    len: usize,
+}
+
+impl Target<'_> {
+    /// Pins the MR and copies everything, to the peer (`write`) or from it; false when
+    /// any check fails or the copy falls short (`process_vm_*` moves less than asked only
+    /// when it meets an unmapped page; the stream path then repeats the whole request).
+    fn copy(&self, local: &mut [libc::iovec], write: bool) -> bool {
+        let need = if write { IBV_ACCESS_REMOTE_WRITE } else { IBV_ACCESS_REMOTE_READ };
+        let Some(pin) = self.peer.pin(self.rkey, self.pd, self.raddr, self.len as u64, need) else { return false };
+        let n = if write { self.peer.write(local, pin.addr, self.len) } else { self.peer.read(local, pin.addr, self.len) };
+        n == Some(self.len)
+    }
 }
 
 // The local key check (read lock of the key table) comes before the peer's pin: a
 // deregistration in this process holds the write lock while it waits for pins.
-#[allow(clippy::too_many_arguments)]
-fn write_to(qp: &Qp, peer: &Peer, pd: u64, rkey: u32, raddr: u64, len: usize, sges: &[ibv_sge], inline: bool) -> bool {
-    let run = |v: &mut [libc::iovec]| match peer.pin(rkey, pd, raddr, len as u64, IBV_ACCESS_REMOTE_WRITE) {
-        Some(pin) => copy(peer, v, pin.addr, len, true),
-        None => false,
-    };
+fn write_to(qp: &Qp, t: &Target, sges: &[ibv_sge], inline: bool) -> bool {
+    let run = |parts: &[&[u8]]| t.copy(&mut parts.iter().map(|p| iov(p.as_ptr() as usize, p.len())).collect::<Vec<_>>(), true);
     if inline {
-        // The application's inline buffers, readable during ibv_post_send (the only time
-        // a borrowed WQE is pumped).
-        let mut v: Vec<libc::iovec> = sges.iter().filter(|s| s.length > 0 && s.addr != 0).map(|s| iov(s.addr as usize, s.length as usize)).collect();
-        return run(&mut v);
+        // SAFETY: a borrowed WQE is pumped only inside its ibv_post_send, while the
+        // application's inline buffers are readable.
+        return run(&unsafe { inline_parts(sges) });
     }
-    mem::with_gather(qp.pd.id, sges, |parts| run(&mut parts.iter().map(|p| iov(p.as_ptr() as usize, p.len())).collect::<Vec<_>>())).unwrap_or(false)
+    mem::with_gather(qp.pd.id, sges, run).unwrap_or(false)
 }
 
-fn read_from(qp: &Qp, peer: &Peer, pd: u64, rkey: u32, raddr: u64, len: usize, sges: &[ibv_sge]) -> bool {
-    mem::with_scatter(qp.pd.id, sges, len, |parts| {
-        let Some(pin) = peer.pin(rkey, pd, raddr, len as u64, IBV_ACCESS_REMOTE_READ) else { return false };
-        let mut v: Vec<libc::iovec> = parts.iter().map(|&(a, n)| iov(a, n)).collect();
-        copy(peer, &mut v, pin.addr, len, false)
-    })
-    .unwrap_or(false)
+fn read_from(qp: &Qp, t: &Target, sges: &[ibv_sge]) -> bool {
+    mem::with_scatter(qp.pd.id, sges, t.len, |parts| t.copy(&mut parts.iter().map(|&(a, n)| iov(a, n)).collect::<Vec<_>>(), false)).unwrap_or(false)
 }

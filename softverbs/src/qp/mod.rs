@@ -266,7 +266,11 @@ impl Qp {
         if serving && self.kind == Kind::Rc && access & IBV_ACCESS_REMOTE_READ != 0 && st.attr.max_dest_rd_atomic > 0 {
             flags |= window::QP_READ;
         }
-        window::publish_qp(self.qpn, st.attr.dest_qp_num, self.pd.id, flags, st.destroyed);
+        if st.destroyed {
+            window::withdraw_qp(self.qpn);
+        } else {
+            window::publish_qp(self.qpn, st.attr.dest_qp_num, self.pd.id, flags);
+        }
     }
 
     fn modify_locked(&self, st: &mut QpState, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
