@@ -19,10 +19,10 @@ rspreload:
 test-rsocket: $(BUILD_DEP)
 	bash tests/rsocket/run.sh
 
-# Debian's riostream and udpong with their default arguments, quiet and riostream under
-# two busy loops: their pass needs a machine not loaded by another suite (udpong resends
-# after 1 ms and never recovers from duplicates; riostream's receiver spins), so make
-# check runs this after its two lanes, alone.
+# Debian's riostream and udpong with their default arguments, quiet and under two busy
+# loops: their pass needs a machine not loaded by another suite (udpong resends after
+# 1 ms and never recovers from duplicates; riostream's receiver spins), so make check
+# runs this after its two lanes, alone.
 test-rsocket-alone: $(BUILD_DEP)
 	bash tests/rsocket/run.sh riostream-default udpong-default
 

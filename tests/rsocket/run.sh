@@ -185,23 +185,26 @@ done
 
 # --- Debian's riostream and udpong with their default arguments (only the port moved off
 # their defaults, 7471 and 7174, which other suites of make check use; udpong's server
-# then binds ::1), quiet, and riostream again while two busy loops keep both cores busy:
-# riowrite's RDMA WRITEs complete without the target's threads (softverbs' same-host path).
+# then binds ::1), quiet, and again while two busy loops keep both cores busy: riowrite's
+# RDMA WRITEs complete without the target's threads, and udpong's datagrams travel
+# through shared memory (softverbs' same-host path). udpong's loops run at nice 19: its
+# client resends after 1 ms, and at nice 0 a spinning server waits a whole scheduler
+# slice now and then, so even kernel UDP (udpong -T s) never finishes there.
 # Only when named (make test-rsocket-alone): with another suite loading the machine as
 # well, udpong's duplicates and riostream's spinning receivers miss their bound.
 busy=()
+spin() { for i in 1 2; do timeout 120 nice -n "$1" sh -c 'while :; do :; done' & busy+=($!); done; }
+unspin() { kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null; busy=(); }
 for load in quiet busy; do
 	[ ${#only[@]} -gt 0 ] || break
-	if [ $load = busy ] && want riostream-default-busy; then
-		for i in 1 2; do timeout 120 sh -c 'while :; do :; done' & busy+=($!); done
-	fi
+	[ $load = busy ] && want riostream-default-busy && spin 0
 	duo riostream "riostream-default-$load" 60 ""
-	if [ $load = quiet ]; then
-		pair udpong-default-quiet $port 60 0 "udpong -p $port" "udpong -s ::1 -p $port"
-		port=$((port+1))
-	fi
+	unspin
+	[ $load = busy ] && want udpong-default-busy && spin 19
+	pair "udpong-default-$load" $port 60 0 "udpong -p $port" "udpong -s ::1 -p $port"
+	port=$((port+1))
+	unspin
 done
-kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null
 
 # --- rcopy: a file arrives byte-identical ---
 if want rcopy; then

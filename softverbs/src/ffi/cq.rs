@@ -83,13 +83,6 @@ export! {
     }
 }
 
-thread_local! {
-    /// Consecutive empty polls of this thread (any CQ).
-    static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-/// Empty polls between two `sched_yield`s (about 10-20 µs of spinning).
-const YIELD_EVERY: u32 = 16;
-
 op! {
     /// `ctx->ops.poll_cq`: number of completions written, negative on a bad CQ.
     neg fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int,
@@ -114,31 +107,17 @@ op! {
         }
         let n = c.poll(out);
         if n > 0 {
-            EMPTY_POLLS.with(|e| e.set(0));
             return Ok(n as c_int);
         }
         // Polling-driven progress: a busy-polling application moves its own data instead
-        // of waiting for the progress thread to be scheduled.
+        // of waiting for the progress thread to be scheduled. No sched_yield on empty
+        // polls: the scheduler then runs whatever else is runnable (a low-priority busy
+        // loop included) for a whole slice, milliseconds in which this poller's peer
+        // gets no answer (udpong resends after 1 ms, and its duplicates never die out).
         if let Some(net) = c.ctx.net() {
             if net.progress(&c.ctx) {
-                let n = c.poll(out);
-                if n > 0 {
-                    EMPTY_POLLS.with(|e| e.set(0));
-                }
-                return Ok(n as c_int);
+                return Ok(c.poll(out) as c_int);
             }
-        }
-        // Nothing at all: a long run of empty polls yields the CPU now and then, so a peer
-        // (e.g. the other side of a ping-pong on a busy machine) waiting for this CPU runs
-        // now instead of after our time slice. Returns at once when nobody else waits.
-        let k = EMPTY_POLLS.with(|e| {
-            let k = e.get().wrapping_add(1);
-            e.set(k);
-            k
-        });
-        if k.is_multiple_of(YIELD_EVERY) {
-            // SAFETY: plain syscall.
-            unsafe { libc::sched_yield() };
         }
         Ok(0)
     }

@@ -24,10 +24,11 @@
 //! Every received frame goes through `frame::decode` first; a malformed frame is counted
 //! and dropped (and a stream that carried one is closed, since it cannot be re-synchronised).
 
-use super::addr::{from_raw, local_addr, to_storage};
+use super::addr::{local_addr, to_storage};
+use super::batch::{Batch, Datagram, SLOTS};
 use super::local;
 use super::ring::Rings;
-use super::frame::{decode, op_of, DecodeError, Header, Op, HDR_LEN, MAX_MSG};
+use super::frame::{decode, op_of, DecodeError, Header, Op, F_DATAGRAMS, HDR_LEN, MAX_MSG};
 use super::{Link, Transport};
 use crate::core::context::Context;
 use crate::core::registry::{lock, try_lock};
@@ -58,6 +59,8 @@ const T_FIRST_CONN: u64 = 17;
 /// Progress passes per millisecond that mean "an application is busy-polling".
 const PARK_POLLS: u64 = 8;
 
+mod ud_links;
+
 pub struct Engine {
     port: u16,
     epfd: Arc<OwnedFd>,
@@ -69,7 +72,9 @@ pub struct Engine {
     conns: Mutex<IntMap<u64, Arc<TcpLink>>>,
     /// The datagram receive buffer; its lock also keeps UD arrivals in order when the
     /// progress thread and a polling application thread both receive.
-    udp_rx: Mutex<Vec<u8>>,
+    udp_rx: Mutex<Batch>,
+    /// Same-host datagram links by destination (`ud_links`); None: none could be opened.
+    ud_links: Mutex<std::collections::HashMap<SocketAddr, Option<Arc<TcpLink>>>>,
     next_token: AtomicU64,
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -172,7 +177,8 @@ impl Engine {
             udp,
             v6,
             conns: Mutex::new(IntMap::default()),
-            udp_rx: Mutex::new(vec![0u8; 65536]),
+            udp_rx: Mutex::new(Batch::default()),
+            ud_links: Mutex::new(std::collections::HashMap::new()),
             next_token: AtomicU64::new(T_FIRST_CONN),
             stopping: AtomicBool::new(false),
             thread: Mutex::new(None),
@@ -239,6 +245,7 @@ impl Engine {
             offer_pending: AtomicBool::new(!tcp && inbound),
             ring: std::sync::OnceLock::new(),
             ring_blocked: AtomicBool::new(false),
+            datagrams: std::sync::OnceLock::new(),
         });
         if let Some(r) = rings {
             let _ = link.ring.set(r);
@@ -409,8 +416,8 @@ impl Engine {
                 }
                 T_UDP => {
                     let g = if engine { Some(lock(&self.udp_rx)) } else { try_lock(&self.udp_rx) };
-                    if let Some(mut buf) = g {
-                        any |= self.recv_datagrams(c, &mut buf);
+                    if let Some(mut rx) = g {
+                        any |= self.recv_datagrams(c, &mut rx, engine);
                     }
                 }
                 T_ROCE_TIMER => {
@@ -459,44 +466,38 @@ impl Engine {
         }
     }
 
-    fn recv_datagrams(&self, ctx: &Arc<Context>, buf: &mut [u8]) -> bool {
+    /// Receives waiting datagrams: the progress thread until the socket is drained (a
+    /// bounded number of batches, like a link's read pass), a polling thread one batch.
+    fn recv_datagrams(&self, ctx: &Arc<Context>, rx: &mut Batch, engine: bool) -> bool {
         let mut any = false;
-        // Bounded like a link's read pass; level-triggered epoll reports the rest.
-        for _ in 0..64 * MAX_READS {
-            // SAFETY: sockaddr_storage is plain data.
-            let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut flen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: buf and from are live and sized as passed.
-            let n = unsafe {
-                libc::recvfrom(self.udp.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT, &mut from as *mut _ as *mut libc::sockaddr, &mut flen)
-            };
-            if n < 0 {
-                return any;
+        for _ in 0..if engine { 8 * MAX_READS } else { 1 } {
+            let n = rx.recv(self.udp.as_raw_fd());
+            for i in 0..n {
+                self.on_datagram(ctx, rx.get(i));
             }
-            any = true;
-            let data = &buf[..n as usize];
-            // SAFETY: recvfrom filled flen bytes of from.
-            let src = unsafe { from_raw(&from as *const _ as *const libc::sockaddr, flen) };
-            if data.starts_with(&crate::roce::share::FWD_MAGIC) {
-                // RoCEv2 handed on by the process owning UDP 4791 here (roce/share.rs).
-                match (&self.roce, src) {
-                    (Some(r), Some(a)) if a.ip().is_loopback() => r.on_forward(data),
-                    _ => {
-                        self.malformed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                continue;
-            }
-            match decode(data) {
-                Ok((h, total)) if total == data.len() && h.op == Op::UdSend => {
-                    ud::on_datagram(ctx, &h, &data[HDR_LEN..total], src);
-                }
-                _ => {
-                    self.malformed.fetch_add(1, Ordering::Relaxed);
-                }
+            any |= n > 0;
+            if n < SLOTS {
+                break;
             }
         }
         any
+    }
+
+    fn on_datagram(&self, ctx: &Arc<Context>, d: Datagram) {
+        if d.whole && d.data.starts_with(&crate::roce::share::FWD_MAGIC) {
+            // RoCEv2 handed on by the process owning UDP 4791 here (roce/share.rs).
+            match (&self.roce, d.from) {
+                (Some(r), Some(a)) if a.ip().is_loopback() => return r.on_forward(d.data),
+                _ => {}
+            }
+        } else if d.whole {
+            if let Ok((h, total)) = decode(d.data) {
+                if total == d.data.len() && h.op == Op::UdSend {
+                    return ud::on_datagram(ctx, &h, &d.data[HDR_LEN..total], d.from);
+                }
+            }
+        }
+        self.malformed.fetch_add(1, Ordering::Relaxed);
     }
 
     fn on_conn_event(&self, ctx: &Arc<Context>, link: &Arc<TcpLink>, flags: u32, engine: bool) -> bool {
@@ -589,6 +590,9 @@ impl Transport for Engine {
     }
 
     fn send_datagram(&self, addr: SocketAddr, frame: &[u8]) -> Result<()> {
+        if self.send_by_ring(addr, frame) {
+            return Ok(());
+        }
         let (ss, len) = to_storage(&addr, self.v6).ok_or(Errno::EAFNOSUPPORT)?;
         // SAFETY: frame is a live slice; ss holds a valid sockaddr of len bytes.
         let n = unsafe {
@@ -1010,6 +1014,9 @@ pub struct TcpLink {
     ring: std::sync::OnceLock<Rings>,
     /// Bytes wait in `tx` for room in the outgoing ring.
     ring_blocked: AtomicBool,
+    /// Inbound: its Hello opened a datagram link (`ud_links`) from the context at this
+    /// address; only UD frames follow.
+    datagrams: std::sync::OnceLock<SocketAddr>,
 }
 
 /// Too many of the peer's requests are parked (`Tx::parked_over`).
@@ -1423,6 +1430,9 @@ impl TcpLink {
     /// Whether a frame of kind `op` may come now: an accepted connection
     /// starts with its Hello, and a Hello comes only there.
     fn admits(&self, op: Op) -> bool {
+        if self.datagrams.get().is_some() {
+            return op == Op::UdSend;
+        }
         let awaiting_hello = matches!(self.role, Role::Inbound) && self.hello_qp.get().is_none();
         (op == Op::Hello) == awaiting_hello
     }
@@ -1526,6 +1536,20 @@ impl TcpLink {
         let me: Arc<dyn Link> = self.clone();
         if !self.admits(h.op) {
             return false;
+        }
+        if h.op == Op::Hello && h.flags & F_DATAGRAMS != 0 {
+            // Only streams of this namespace become datagram links (`ud_links`).
+            if !self.unix {
+                return false;
+            }
+            let _ = self.datagrams.set(local::datagram_source(h.aux));
+            let _ = self.hello_qp.set(Weak::new());
+            return true;
+        }
+        if h.op == Op::UdSend {
+            // Admitted only on a datagram link; its source is what UDP would show.
+            ud::on_datagram(ctx, h, payload, self.datagrams.get().copied());
+            return true;
         }
         if h.op == Op::Hello {
             let qp = ctx.find_qp(h.dst_qpn);

@@ -75,7 +75,9 @@ pub const F_IMM: u16 = 1 << 0;
 pub const F_SOLICITED: u16 = 1 << 1;
 /// UD: the datagram was sent to a multicast group (`dgid` is the group).
 pub const F_MCAST: u16 = 1 << 2;
-const F_ALL: u16 = F_IMM | F_SOLICITED | F_MCAST;
+/// Hello: the stream carries only UD datagrams (a same-host datagram link), no QP pair.
+pub const F_DATAGRAMS: u16 = 1 << 3;
+const F_ALL: u16 = F_IMM | F_SOLICITED | F_MCAST | F_DATAGRAMS;
 
 /// Response syndromes (NAK reasons). 0 = success.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +181,9 @@ impl Header {
         }
         if self.op != Op::UdSend && self.flags & F_MCAST != 0 {
             return Err("multicast flag on an RC frame");
+        }
+        if self.op != Op::Hello && self.flags & F_DATAGRAMS != 0 {
+            return Err("datagram-link flag on a frame other than Hello");
         }
         let len = self.payload_len;
         let ok = match self.op {

@@ -155,3 +155,17 @@ fn fuzz_decode_200k() {
     assert!(accepted > 1000, "mutations should keep many frames valid ({accepted})");
     assert!(start.elapsed().as_secs() < 30);
 }
+
+#[test]
+fn the_datagram_link_flag_belongs_to_hello_only() {
+    let mut h = Header::new(Op::Hello);
+    h.flags = F_DATAGRAMS;
+    h.aux = 40000;
+    let (d, _) = decode(&h.frame(&[])).expect("a datagram link's Hello");
+    assert_eq!((d.flags, d.aux), (F_DATAGRAMS, 40000));
+    for op in [Op::Send, Op::UdSend, Op::Ack] {
+        let mut h = Header::new(op);
+        h.flags = F_DATAGRAMS;
+        assert!(matches!(decode(&h.frame(&[])), Err(DecodeError::Malformed(_))), "{op:?}");
+    }
+}

@@ -117,6 +117,13 @@ pub fn endpoint(port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port)
 }
 
+/// Where datagrams that came over a datagram link from the context on `port` would have
+/// come from by UDP: that context's socket, as a reply would reach it. A port out of
+/// range (the frame's 64-bit field) names nobody.
+pub fn datagram_source(port: u64) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), u16::try_from(port).unwrap_or(0))
+}
+
 /// The connector's first byte on a unix stream: 1 with a memfd of byte rings
 /// (`ring::Rings`) passed along, through which both sides then send their frames, or 0
 /// (the frames follow on the socket). Returns our side of the rings.

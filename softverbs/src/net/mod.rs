@@ -6,6 +6,7 @@
 //! RoCEv2 one) would call the same way.
 
 pub mod addr;
+pub mod batch;
 pub mod engine;
 pub mod frame;
 pub mod local;

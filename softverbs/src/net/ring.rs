@@ -176,6 +176,12 @@ impl Rings {
         c.tail.load(SeqCst) != c.head.load(SeqCst)
     }
 
+    /// Bytes written to the outgoing ring that the consumer has not read yet.
+    pub fn unread(&self) -> usize {
+        let c = self.ctl(self.out());
+        used(c.tail.load(SeqCst), c.head.load(SeqCst))
+    }
+
     /// The outgoing ring has room.
     pub fn has_room(&self) -> bool {
         let c = self.ctl(self.out());
