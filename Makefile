@@ -68,7 +68,7 @@ check-map:
 
 # make check runs two lanes side by side (tools/timed-make.sh's `//`): much of
 # each suite waits on its own peers, and the lanes keep to their own ports.
-CHECK_TARGETS    := test-rust test-abi test-c test-softverbs // test-soft test-rsocket
+CHECK_TARGETS    := test-rust test-abi test-c test-softverbs test-rsocket-shm-off // test-soft test-rsocket
 CHECK_VM_TARGETS := test-vm test-vm-siw test-vm-roce
 # Runs after the lanes, alone: Debian's programs whose pass depends on the machine not
 # being loaded beyond what the test itself adds (tests/rsocket/run.sh, "alone").
@@ -102,14 +102,18 @@ test-abi: $(BUILD_DEP)
 test-c: $(BUILD_DEP)
 	bash c-examples/run.sh
 
-# Debian's programs and our device-level c-examples on the soft fabric.
-# dev_unreachable runs in netns.sh; dev_af_ib needs AF_IB, which the soft fabric (IP only) lacks.
+# Debian's programs and our device-level c-examples on the soft fabric, also with the
+# same-host shared-memory paths off. dev_unreachable runs in netns.sh; dev_af_ib needs
+# AF_IB, which the soft fabric (IP only) lacks.
+SOFT_DEV = $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
 test-soft: $(BUILD_DEP)
 	bash tests/soft/run.sh
-	SOFTVERBS_SHM=0 bash tests/soft/run.sh
 	SOFT=1 VALGRIND=0 bash c-examples/run.sh
-	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 \
-	  $$(cd c-examples && ls dev_*.c | sed 's/\.c$$//' | grep -v '^dev_unreachable$$\|^dev_af_ib$$')
+	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 $(SOFT_DEV)
+	@echo "--- the same with the same-host shared-memory paths off (SOFTVERBS_SHM=0)"
+	SOFTVERBS_SHM=0 bash tests/soft/run.sh
+	SOFTVERBS_SHM=0 SOFT=1 VALGRIND=0 bash c-examples/run.sh
+	SOFTVERBS_SHM=0 bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 $(SOFT_DEV)
 	bash tests/soft/netns.sh
 	SOFT_WIRE=roce bash tests/soft/run.sh
 	SOFT_WIRE=roce-lo bash tests/soft/run.sh

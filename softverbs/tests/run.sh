@@ -5,7 +5,8 @@
 #   3. BIND_NOW load of every Debian consumer with LD_LIBRARY_PATH=build/lib/soft:build/lib
 #   4. ibv_devices / ibv_devinfo show soft0
 #   5. the C behaviour tests in tests/c (two contexts over 127.0.0.1), also under valgrind
-#   6. Debian's verbs-only programs (perftest, qperf) as two processes
+#   6. Debian's verbs-only programs (perftest, qperf) as two processes; 5 and 6 again
+#      with SOFTVERBS_SHM=0 (no valgrind, fewer pairs)
 #   7. the verbs trace (RDMACM_RS_TRACE) over an rping pair
 #   8. roce_fuzz.py: hostile RoCEv2 packets from a fake peer, in a network namespace of its
 #      own (root; about 20 s)
@@ -118,6 +119,20 @@ if LD_LIBRARY_PATH=$LIBS timeout 50 qperf -lp 19801 127.0.0.1 -t 1 rc_bw rc_lat 
    && ! grep -qi 'failed\|error' "$out/qperf.cli"; then ok "qperf rc/uc/ud/rdma/atomic tests (event mode, SIGALRM)"
 else bad "qperf"; tail -20 "$out/qperf.cli"; fi
 kill $qpid 2>/dev/null; wait $qpid 2>/dev/null
+
+# 6b. the C tests and Debian's pairs again with the same-host shared-memory paths off
+#     (rings, one-sided copies by the initiator): the stream path they fall back to
+export SOFTVERBS_SHM=0
+if [ -x "$out/verbs_test" ]; then
+  if LD_LIBRARY_PATH=$SOFT timeout 120 "$out/verbs_test" > "$out/verbs_test.shm0.txt" 2>&1; then
+    ok "C tests, SOFTVERBS_SHM=0: $(tail -1 "$out/verbs_test.shm0.txt")"
+  else bad "C tests, SOFTVERBS_SHM=0"; grep -v '^PASS' "$out/verbs_test.shm0.txt" | tail -20; fi
+fi
+pair ib_send_bw.shm0 ib_send_bw -p 18701 -n 500 -s 4096 -- 127.0.0.1
+pair ib_send_bw_ud.shm0 ib_send_bw -p 18702 -c UD -n 200 -s 1024 -- 127.0.0.1
+pair ib_write_bw.shm0 ib_write_bw -p 18703 -n 500 -s 65536 -- 127.0.0.1
+pair ib_read_lat.shm0 ib_read_lat -p 18704 -n 200 -- 127.0.0.1
+unset SOFTVERBS_SHM
 
 # 7. the verbs trace: RDMACM_RS_TRACE=<file> gets librdmacm's CM lines and our verbs lines
 #    (whole lines, one clock); unset or 0, nothing is written anywhere.

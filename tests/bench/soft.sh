@@ -10,9 +10,12 @@
 #   the same ib_write_bw and ib_send_lat over RoCEv2 (SOFTVERBS_WIRE=roce, both peers on
 #     127.0.0.1: one owns UDP 4791 and hands the other its packets)
 #                          goals: write >= 1 GB/s, send latency <= 2x the TCP floor
+#   ib_send_bw -R (64 KiB) beside ib_write_bw: SEND's two copies through the same-host ring
+#     against WRITE's one process_vm_writev
 #   rstream 64 B latency vs rstream -T s (kernel TCP); riostream 64 B latency (goal: <= 1.5x
-#     rstream's) and 64 KiB bandwidth; udpong 64 B (rstream's 64 KiB rows, against kernel TCP
-#     over several rounds: tests/rsocket/bench.sh)
+#     rstream's) and 64 KiB bandwidth; udpong 64 B one way, and echoed against udpong -T s
+#     (kernel UDP) (rstream's 64 KiB rows, against kernel TCP over several rounds:
+#     tests/rsocket/bench.sh)
 #   ucx_perftest (ucx-utils): tag latency and bandwidth, UCX's choice of transports, and its
 #     posix shared-memory transport's 64 B active-message latency and 64 KiB put bandwidth
 # Prints a table of ratios; timings are reported, never asserted.
@@ -38,6 +41,7 @@ col() { # FILE N: field N of perftest's result row (the numeric row after the #b
 
 pair send_lat 7601 "$L ib_send_lat -R -p 7601 -s 64 -n $ITER" "$L ib_send_lat -R -p 7601 -s 64 -n $ITER $A"
 pair write_bw 7602 "$L ib_write_bw -R -p 7602 -s 65536 -n 20000" "$L ib_write_bw -R -p 7602 -s 65536 -n 20000 $A"
+pair send_bw 7609 "$L ib_send_bw -R -p 7609 -s 65536 -n 20000" "$L ib_send_bw -R -p 7609 -s 65536 -n 20000 $A"
 pair read_lat 7603 "$L ib_read_lat -R -p 7603 -n $ITER" "$L ib_read_lat -R -p 7603 -n $ITER $A"
 timeout 120 "$L" cmtime -b $A -p 7604 > "$out/cmtime.server.txt" 2>&1 &
 cm=$!; wait_port 7604
@@ -56,10 +60,16 @@ rs rstream_lat 7613 rstream "-S 64 -C 1 -I 20000"
 rs tcp_rstream_lat 7615 rstream "-T s -S 64 -C 1 -I 20000" ""
 rs riostream_lat 7617 riostream "-S 64 -C 1 -I 20000"
 rs riostream_bw 7618 riostream "-S 65536 -C 20000"
-timeout 60 "$L" udpong -b $A -p 7619 > "$out/udpong.server.txt" 2>&1 &
-up=$!; wait_port 7619
-timeout 60 "$L" udpong -s $A -p 7619 -S 64 -C 20000 > "$out/udpong.txt" 2>&1
-kill $up 2>/dev/null; wait $up 2>/dev/null
+udpong_pair() { # NAME PORT LAUNCHER "options": 20000 64-byte datagrams (the server never exits)
+	timeout 60 $3 udpong -b $A -p "$2" $4 > "$out/$1.server.txt" 2>&1 &
+	local up=$!
+	wait_port "$2"
+	timeout 60 $3 udpong -s $A -p "$2" $4 -S 64 -C 20000 > "$out/$1.txt" 2>&1
+	kill $up 2>/dev/null; wait $up 2>/dev/null
+}
+udpong_pair udpong 7619 "$L" ""
+udpong_pair udpong_echo 7610 "$L" "-T e"
+udpong_pair udp_echo 7611 "" "-T s -T e"
 
 cc -O2 -o "$out/copy_floor" tests/bench/copy_floor.c && "$out/copy_floor" > "$out/copy_floor.txt"
 ucx() { # NAME PORT "client args"
@@ -88,6 +98,7 @@ wait $ip 2>/dev/null
 lat=$(col "$out/send_lat.txt" 6)
 lat_typ=$(col "$out/send_lat.txt" 5)
 bw=$(col "$out/write_bw.txt" 4)
+send_bw=$(col "$out/send_bw.txt" 4)
 rlat=$(col "$out/read_lat.txt" 6)
 roce_lat=$(col "$out/roce_send_lat.txt" 6)
 roce_bw=$(col "$out/roce_write_bw.txt" 4)
@@ -102,7 +113,7 @@ rsv() { awk -v n="$2" '$1 == "custom" {print $n}' "$out/$1.txt"; }
 rs_lat=$(rsv rstream_lat 8)
 tcp_rs_lat=$(rsv tcp_rstream_lat 8)
 rio_lat=$(rsv riostream_lat 8); rio_bw=$(rsv riostream_bw 7)
-ud_lat=$(rsv udpong 7)
+ud_lat=$(rsv udpong 7); ud_echo=$(rsv udpong_echo 7); udp_echo=$(rsv udp_echo 7)
 memcpy_bw=$(awk '$1 == "memcpy" {print $2}' "$out/copy_floor.txt")
 cma_bw=$(awk '$1 == "cma" {print $2}' "$out/copy_floor.txt")
 # ucx_perftest's "Final:" row: iterations, latency 50%ile average overall (us), bandwidth
@@ -119,6 +130,7 @@ printf '%-34s %12s %12s %8s  %s\n' "  vs UCX tag latency 64 B (us)" "${lat:-n/a}
 printf '%-34s %12s %12s %8s  %s\n' "RDMA write 64 KiB (MB/s)" "${bw:-n/a}" "${memcpy_bw:-n/a}" "$(r "$bw" "$memcpy_bw")" ">= 0.5 (memcpy 64 KiB; process_vm_writev: ${cma_bw:-n/a})"
 printf '%-34s %12s %12s %8s  %s\n' "  vs UCX tag bandwidth 64 KiB" "${bw:-n/a}" "${ucx_bw%.*}" "$(r "$bw" "$ucx_bw")" ">= 1 (UCX posix put: ${ucx_put%.*} MB/s)"
 printf '%-34s %12s %12s %8s  %s\n' "  vs iperf3 TCP (MB/s)" "${bw:-n/a}" "${tcp_bw%.*}" "$(r "$bw" "$tcp_bw")" "(reported)"
+printf '%-34s %12s %12s %8s  %s\n' "SEND 64 KiB (MB/s)" "${send_bw:-n/a}" "${bw:-n/a}" "$(r "$send_bw" "$bw")" "(reported; vs the WRITE row: two copies through the ring against process_vm_writev's one)"
 printf '%-34s %12s %12s %8s  %s\n' "RDMA read latency, avg (us)" "${rlat:-n/a}" "${tcp_lat:-n/a}" "$(r "$rlat" "$tcp_lat")" "(reported)"
 printf '%-34s %12s %12s %8s  %s\n' "RoCEv2 send latency 64 B, avg (us)" "${roce_lat:-n/a}" "${tcp_lat:-n/a}" "$(r "$roce_lat" "$tcp_lat")" "<= 2 (TCP ping-pong)"
 printf '%-34s %12s %12s %8s  %s\n' "RoCEv2 RDMA write 64 KiB (MB/s)" "${roce_bw:-n/a}" "${tcp_bw%.*}" "$(r "$roce_bw" "$tcp_bw")" ">= 1000 MB/s (stream path: ${bw:-n/a})"
@@ -126,4 +138,5 @@ printf '%-34s %12s %12s %8s  %s\n' "rstream 64 B latency (us)" "${rs_lat:-n/a}" 
 printf '%-34s %12s %12s %8s  %s\n' "riostream 64 B latency (us)" "${rio_lat:-n/a}" "${rs_lat:-n/a}" "$(r "$rio_lat" "$rs_lat")" "<= 1.5 (rstream over the fabric)"
 printf '%-34s %12s %12s %8s  %s\n' "riostream 64 KiB bandwidth (Gb/s)" "${rio_bw:-n/a}" "" "" "(reported)"
 printf '%-34s %12s %12s %8s  %s\n' "udpong 64 B (us/xfer)" "${ud_lat:-n/a}" "${tcp_lat:-n/a}" "$(r "$ud_lat" "$tcp_lat")" "(reported; TCP ping-pong)"
+printf '%-34s %12s %12s %8s  %s\n' "udpong 64 B echo (us/xfer)" "${ud_echo:-n/a}" "${udp_echo:-n/a}" "$(r "$ud_echo" "$udp_echo")" "(reported; udpong -T s: kernel UDP)"
 printf '%-34s %12s %12s %8s  %s\n' "cmtime -c 1000 connect (us/conn)" "${cm_per:-n/a}" "1000" "$(r "$cm_per" 1000)" "<= 1 (exit $cmrc)"

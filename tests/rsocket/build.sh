@@ -12,9 +12,13 @@ for src in c-examples/rsocket/*.c; do
 	n=$(basename "$src" .c)
 	# echo and preload_calls are plain sockets programs: no librdmacm
 	case $n in echo|preload_calls) libs=() ;; *) libs=(-Lbuild/lib -lrdmacm) ;; esac
-	if ! $CC -Wall -Wextra -Werror -O1 -g -pthread -Iinclude -Ic-examples -Ic-examples/rsocket -o "build/rsocket/$n" "$src" \
-		"${libs[@]}" 2> "build/rsocket/$n.build.log"; then
-		echo "FAIL build $n"; tail -8 "build/rsocket/$n.build.log"; rc=1
+	# Written beside and renamed: make check's other lane may be running this program.
+	if $CC -Wall -Wextra -Werror -O1 -g -pthread -Iinclude -Ic-examples -Ic-examples/rsocket -o "build/rsocket/$n.$$" "$src" \
+		"${libs[@]}" 2> "build/rsocket/$n.build.log.$$"; then
+		mv -f "build/rsocket/$n.$$" "build/rsocket/$n"
+	else
+		echo "FAIL build $n"; tail -8 "build/rsocket/$n.build.log.$$"; rc=1
 	fi
+	mv -f "build/rsocket/$n.build.log.$$" "build/rsocket/$n.build.log"
 done
 exit $rc

@@ -6,7 +6,7 @@
 RSP_LIB := $(LIBDIR_OUT)/librspreload.so
 RSP_DIR := $(LIBDIR)/rsocket
 
-.PHONY: rspreload test-rsocket test-vm-rsocket test-vm-rsocket-siw bench-vm-rsocket profile-vm-rsocket install-rspreload uninstall-rspreload
+.PHONY: rspreload test-rsocket test-rsocket-shm-off test-vm-rsocket test-vm-rsocket-siw bench-vm-rsocket profile-vm-rsocket install-rspreload uninstall-rspreload
 
 all: rspreload
 
@@ -18,6 +18,11 @@ rspreload:
 
 test-rsocket: $(BUILD_DEP)
 	bash tests/rsocket/run.sh
+
+# The same suite without valgrind and with softverbs' same-host shared-memory paths off
+# (make check's other lane; its own logs and ports).
+test-rsocket-shm-off: $(BUILD_DEP)
+	SOFTVERBS_SHM=0 VALGRIND=0 RS_OUT=build/rsocket-tests-shm0 RS_TEST_PORT=32000 bash tests/rsocket/run.sh
 
 # Debian's riostream and udpong with their default arguments, quiet and under two busy
 # loops: their pass needs a machine not loaded by another suite (udpong resends after
