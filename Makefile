@@ -34,7 +34,7 @@ BINDIR      ?= $(PREFIX)/bin
 SOFTLIBDIR  ?= $(LIBDIR)/rdmacm-rs/soft
 DESTDIR     ?=
 
-.PHONY: bench all lib staticlib test check check-vm test-rust test-abi test-c check-map install uninstall clean demo
+.PHONY: bench all lib staticlib test check check-vm test-rust test-abi test-c test-ucx check-map install uninstall clean demo
 
 all: lib softverbs
 
@@ -68,7 +68,7 @@ check-map:
 
 # make check runs two lanes side by side (tools/timed-make.sh's `//`): much of
 # each suite waits on its own peers, and the lanes keep to their own ports.
-CHECK_TARGETS    := test-rust test-abi test-c test-softverbs test-rsocket-shm-off // test-soft test-rsocket
+CHECK_TARGETS    := test-rust test-abi test-c test-softverbs test-rsocket-shm-off test-ucx // test-soft test-rsocket
 CHECK_VM_TARGETS := test-vm test-vm-siw test-vm-roce
 # Runs after the lanes, alone: Debian's programs whose pass depends on the machine not
 # being loaded beyond what the test itself adds (tests/rsocket/run.sh, "alone").
@@ -110,10 +110,6 @@ test-soft: $(BUILD_DEP)
 	bash tests/soft/run.sh
 	SOFT=1 VALGRIND=0 bash c-examples/run.sh
 	bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 $(SOFT_DEV)
-	@echo "--- the same with the same-host shared-memory paths off (SOFTVERBS_SHM=0)"
-	SOFTVERBS_SHM=0 bash tests/soft/run.sh
-	SOFTVERBS_SHM=0 SOFT=1 VALGRIND=0 bash c-examples/run.sh
-	SOFTVERBS_SHM=0 bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 $(SOFT_DEV)
 	bash tests/soft/netns.sh
 	SOFT_WIRE=roce bash tests/soft/run.sh
 	SOFT_WIRE=roce-lo bash tests/soft/run.sh
@@ -121,6 +117,16 @@ test-soft: $(BUILD_DEP)
 	bash tests/soft/faults.sh
 	tests/pyverbs/prepare.sh
 	tests/pyverbs/run.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft lo
+	@echo "--- the same with the same-host shared-memory paths off (SOFTVERBS_SHM=0)"
+	SOFTVERBS_SHM=0 bash tests/soft/run.sh
+	SOFTVERBS_SHM=0 SOFT=1 VALGRIND=0 bash c-examples/run.sh
+	SOFTVERBS_SHM=0 bash c-examples/run-device.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --expect soft,rxe 127.0.0.1 $(SOFT_DEV)
+	SOFTVERBS_SHM=0 tests/pyverbs/run.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --label " (ours, SOFTVERBS_SHM=0)" lo
+
+# UCX (Debian's ucx-utils) on the soft fabric: rc_verbs and ud_verbs, on 127.0.0.1 and
+# between two network namespaces.
+test-ucx: $(BUILD_DEP)
+	bash tests/soft/ucx.sh
 
 install: lib softverbs
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/rdma $(DESTDIR)$(PKGCONFIGDIR)
@@ -136,7 +142,8 @@ install: lib softverbs
 	if [ -e build/lib/soft/libibverbs.so.1 ]; then \
 	  install -d $(DESTDIR)$(SOFTLIBDIR) && \
 	  install -m 0755 build/lib/soft/libibverbs.so.1.* $(DESTDIR)$(SOFTLIBDIR)/ && \
-	  ln -sf $$(basename build/lib/soft/libibverbs.so.1.*) $(DESTDIR)$(SOFTLIBDIR)/libibverbs.so.1; fi
+	  ln -sf $$(basename build/lib/soft/libibverbs.so.1.*) $(DESTDIR)$(SOFTLIBDIR)/libibverbs.so.1 && \
+	  install -m 0755 build/lib/soft/libsoftverbs-devnode.so $(DESTDIR)$(SOFTLIBDIR)/; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/librdmacm.so

@@ -8,7 +8,7 @@ SV_SONAME    := libibverbs.so.1
 SV_REALNAME  := libibverbs.so.1.14.0
 SV_STATICLIB := $(TARGET_DIR)/$(PROFILE)/libsoftverbs.a
 
-.PHONY: softverbs softverbs-staticlib test-softverbs
+.PHONY: softverbs softverbs-staticlib softverbs-devnode test-softverbs
 
 softverbs-staticlib:
 	$(CARGO) build $(CARGO_FLAGS) -p softverbs
@@ -22,6 +22,16 @@ softverbs: softverbs-staticlib $(SV_DIR)/libibverbs.map
 	  $(NATIVE_LIBS)
 	mv -f $(SV_OUT)/$(SV_REALNAME).tmp $(SV_OUT)/$(SV_REALNAME)
 	ln -sf $(SV_REALNAME) $(SV_OUT)/$(SV_SONAME)
+
+# The node UCX and others look for before opening a device (softverbs/devnode), preloaded
+# by rdmacm-soft.
+SV_DEVNODE := $(SV_OUT)/libsoftverbs-devnode.so
+softverbs: softverbs-devnode
+softverbs-devnode:
+	$(CARGO) build $(CARGO_FLAGS) -p softverbs-devnode
+	mkdir -p $(SV_OUT)
+	install -m 0755 $(TARGET_DIR)/$(PROFILE)/libsoftverbs_devnode.so $(SV_DEVNODE).tmp
+	mv -f $(SV_DEVNODE).tmp $(SV_DEVNODE)
 
 test-softverbs: $(BUILD_DEP)
 	bash $(SV_DIR)/tests/run.sh
