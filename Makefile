@@ -34,7 +34,7 @@ BINDIR      ?= $(PREFIX)/bin
 SOFTLIBDIR  ?= $(LIBDIR)/rdmacm-rs/soft
 DESTDIR     ?=
 
-.PHONY: bench all lib staticlib test check check-vm test-rust test-abi test-c test-ucx check-map install uninstall clean demo
+.PHONY: bench all lib staticlib test check check-vm test-rust test-abi test-c test-stacks check-map install uninstall clean demo
 
 all: lib softverbs
 
@@ -68,7 +68,7 @@ check-map:
 
 # make check runs two lanes side by side (tools/timed-make.sh's `//`): much of
 # each suite waits on its own peers, and the lanes keep to their own ports.
-CHECK_TARGETS    := test-rust test-abi test-c test-softverbs test-rsocket-shm-off test-ucx // test-soft test-rsocket
+CHECK_TARGETS    := test-rust test-abi test-c test-softverbs test-rsocket-shm-off test-stacks // test-soft test-rsocket
 CHECK_VM_TARGETS := test-vm test-vm-siw test-vm-roce
 # Runs after the lanes, alone: Debian's programs whose pass depends on the machine not
 # being loaded beyond what the test itself adds (tests/rsocket/run.sh, "alone").
@@ -124,9 +124,11 @@ test-soft: $(BUILD_DEP)
 	SOFTVERBS_SHM=0 tests/pyverbs/run.sh --lib $(LIBDIR_OUT) --launcher build/bin/rdmacm-soft --label " (ours, SOFTVERBS_SHM=0)" lo
 
 # UCX (Debian's ucx-utils) on the soft fabric: rc_verbs and ud_verbs, on 127.0.0.1 and
-# between two network namespaces.
-test-ucx: $(BUILD_DEP)
+# between two network namespaces; libfabric's verbs provider (libfabric-bin): fi_pingpong
+# msg and rdm on 127.0.0.1.
+test-stacks: $(BUILD_DEP)
 	bash tests/soft/ucx.sh
+	bash tests/soft/libfabric.sh
 
 install: lib softverbs
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/rdma $(DESTDIR)$(PKGCONFIGDIR)

@@ -12,6 +12,7 @@ pkgs=(
   valgrind                         # c-examples under valgrind
   iproute2                         # network namespaces (soft fabric tests)
   sockperf iperf3                  # make bench: the TCP floor of the same host
+  libfabric-bin                    # make check: fi_pingpong over the soft fabric (tests/soft/libfabric.sh)
   ucx-utils                        # make check: UCX over the soft fabric (tests/soft/ucx.sh); make bench: its latency and bandwidth beside ours
 )
 missing=()
