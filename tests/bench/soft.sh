@@ -17,7 +17,9 @@
 #     (kernel UDP) (rstream's 64 KiB rows, against kernel TCP over several rounds:
 #     tests/rsocket/bench.sh)
 #   ucx_perftest (ucx-utils): tag latency and bandwidth, UCX's choice of transports, and its
-#     posix shared-memory transport's 64 B active-message latency and 64 KiB put bandwidth
+#     posix shared-memory transport's 64 B active-message latency and 64 KiB put bandwidth;
+#     tag latency and bandwidth over the soft fabric (UCX_TLS=rc_verbs,ud_verbs under
+#     rdmacm-soft) beside UCX's own tcp transport
 # Prints a table of ratios; timings are reported, never asserted.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -72,18 +74,25 @@ udpong_pair udpong_echo 7610 "$L" "-T e"
 udpong_pair udp_echo 7611 "" "-T s -T e"
 
 cc -O2 -o "$out/copy_floor" tests/bench/copy_floor.c && "$out/copy_floor" > "$out/copy_floor.txt"
-ucx() { # NAME PORT "client args"
+ucx() { # NAME PORT "client args" [launcher [env...]]
 	command -v ucx_perftest > /dev/null || return 0
-	timeout 60 ucx_perftest -p "$2" > "$out/$1.server.txt" 2>&1 &
+	local name=$1 port=$2 args=$3 run=${4:-}
+	shift 3; [ $# -gt 0 ] && shift
+	env "$@" timeout 60 $run ucx_perftest -p "$port" > "$out/$name.server.txt" 2>&1 &
 	local s=$!
-	wait_port "$2"
-	timeout 60 ucx_perftest $A -p "$2" $3 > "$out/$1.txt" 2>&1
+	wait_port "$port"
+	env "$@" timeout 60 $run ucx_perftest $A -p "$port" $args > "$out/$name.txt" 2>&1
 	wait $s 2>/dev/null
 }
 ucx ucx_tag_lat 7620 "-t tag_lat -s 64 -n 100000"
 ucx ucx_tag_bw 7621 "-t tag_bw -s 65536 -n 20000"
 ucx ucx_posix_am_lat 7622 "-x posix -d memory -t am_lat -s 64 -n 100000"
 ucx ucx_posix_put_bw 7623 "-x posix -d memory -t put_bw -s 65536 -n 20000"
+# UCX over the soft fabric's verbs transports, beside UCX's own tcp transport
+ucx ucx_soft_tag_lat 7624 "-t tag_lat -s 64 -n 20000" "$L" UCX_TLS=rc_verbs,ud_verbs,self
+ucx ucx_soft_tag_bw 7625 "-t tag_bw -s 65536 -n 5000" "$L" UCX_TLS=rc_verbs,ud_verbs,self
+ucx ucx_tcp_tag_lat 7626 "-t tag_lat -s 64 -n 20000" "" UCX_TLS=tcp,self
+ucx ucx_tcp_tag_bw 7627 "-t tag_bw -s 65536 -n 5000" "" UCX_TLS=tcp,self
 
 sockperf sr --tcp --nonblocked -i $A -p 7605 > "$out/sockperf.server.txt" 2>&1 &
 sp=$!; wait_port 7605
@@ -121,6 +130,8 @@ cma_bw=$(awk '$1 == "cma" {print $2}' "$out/copy_floor.txt")
 ucxv() { [ -e "$out/$1.txt" ] && awk -v n="$2" '$1 == "Final:" {print $n}' "$out/$1.txt"; }
 ucx_lat=$(ucxv ucx_tag_lat 4); ucx_bw=$(ucxv ucx_tag_bw 6)
 ucx_am=$(ucxv ucx_posix_am_lat 4); ucx_put=$(ucxv ucx_posix_put_bw 6)
+us_lat=$(ucxv ucx_soft_tag_lat 4); us_bw=$(ucxv ucx_soft_tag_bw 6)
+ut_lat=$(ucxv ucx_tcp_tag_lat 4); ut_bw=$(ucxv ucx_tcp_tag_bw 6)
 
 r() { python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)) if a and b and float(b) else 'n/a')" "$1" "$2"; }
 printf '%-34s %12s %12s %8s  %s\n' "measure" "soft fabric" "floor" "ratio" "goal"
@@ -139,4 +150,6 @@ printf '%-34s %12s %12s %8s  %s\n' "riostream 64 B latency (us)" "${rio_lat:-n/a
 printf '%-34s %12s %12s %8s  %s\n' "riostream 64 KiB bandwidth (Gb/s)" "${rio_bw:-n/a}" "" "" "(reported)"
 printf '%-34s %12s %12s %8s  %s\n' "udpong 64 B (us/xfer)" "${ud_lat:-n/a}" "${tcp_lat:-n/a}" "$(r "$ud_lat" "$tcp_lat")" "(reported; TCP ping-pong)"
 printf '%-34s %12s %12s %8s  %s\n' "udpong 64 B echo (us/xfer)" "${ud_echo:-n/a}" "${udp_echo:-n/a}" "$(r "$ud_echo" "$udp_echo")" "(reported; udpong -T s: kernel UDP)"
+printf '%-34s %12s %12s %8s  %s\n' "UCX tag latency over soft0 (us)" "${us_lat:-n/a}" "${ut_lat:-n/a}" "$(r "$us_lat" "$ut_lat")" "(reported; UCX_TLS=rc_verbs,ud_verbs against UCX_TLS=tcp)"
+printf '%-34s %12s %12s %8s  %s\n' "UCX tag bandwidth over soft0 (MB/s)" "${us_bw%.*}" "${ut_bw%.*}" "$(r "$us_bw" "$ut_bw")" "(reported; the same, 64 KiB)"
 printf '%-34s %12s %12s %8s  %s\n' "cmtime -c 1000 connect (us/conn)" "${cm_per:-n/a}" "1000" "$(r "$cm_per" 1000)" "<= 1 (exit $cmrc)"
