@@ -187,18 +187,26 @@ done
 # their defaults, 7471 and 7174, which other suites of make check use; udpong's server
 # then binds ::1), quiet, and again while two busy loops keep both cores busy: riowrite's
 # RDMA WRITEs complete without the target's threads, and udpong's datagrams travel
-# through shared memory (softverbs' same-host path). udpong's loops run at nice 19: its
-# client resends after 1 ms, and at nice 0 a spinning server waits a whole scheduler
-# slice now and then, so even kernel UDP (udpong -T s) never finishes there.
+# through shared memory (softverbs' same-host path).
+# riostream's receivers spin on memory: two of them on one core pass the core back and forth
+# once per scheduler slice, and 100k round trips never end (with any library: the spinning is
+# riostream's). So under load each end and one busy loop share a core (taskset), the
+# placement the scheduler picks two times in three, not the third.
+# udpong's loops run at nice 19: its client resends after 1 ms, and at nice 0 a spinning
+# server waits a whole scheduler slice now and then, so even kernel UDP (udpong -T s) never
+# finishes there.
 # Only when named (make test-rsocket-alone): with another suite loading the machine as
 # well, udpong's duplicates and riostream's spinning receivers miss their bound.
 busy=()
-spin() { for i in 1 2; do timeout 120 nice -n "$1" sh -c 'while :; do :; done' & busy+=($!); done; }
+# spin NICE [pin]: two busy loops, one per core when pinned
+spin() { local i; for i in 0 1; do timeout 120 ${2:+taskset -c $i} nice -n "$1" sh -c 'while :; do :; done' & busy+=($!); done; }
 unspin() { kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null; busy=(); }
 for load in quiet busy; do
 	[ ${#only[@]} -gt 0 ] || break
-	[ $load = busy ] && want riostream-default-busy && spin 0
-	duo riostream "riostream-default-$load" 60 ""
+	pin0= pin1=
+	if [ $load = busy ] && want riostream-default-busy; then spin 0 pin; pin0="taskset -c 0" pin1="taskset -c 1"; fi
+	pair "riostream-default-$load" $port 60 1 "$pin0 riostream -p $port" "$pin1 riostream -s $A -p $port"
+	port=$((port+1))
 	unspin
 	[ $load = busy ] && want udpong-default-busy && spin 19
 	pair "udpong-default-$load" $port 60 0 "udpong -p $port" "udpong -s ::1 -p $port"
