@@ -23,6 +23,8 @@ pub struct Config {
     pub sqsize_default: u32,
     pub rqsize_default: u32,
     pub inline_default: u32,
+    /// inline_default came from the configuration, not the built-in 64.
+    pub inline_configured: bool,
     pub iomap_size: u32,
     pub polling_time_us: u64,
     pub wake_up_interval_ms: i32,
@@ -53,6 +55,7 @@ impl Config {
             sqsize_default: get("sqsize_default", 384).clamp(1, u32::MAX as i64) as u32,
             rqsize_default: get("rqsize_default", 384).clamp(1, u32::MAX as i64) as u32,
             inline_default: get("inline_default", 64).clamp(0, RS_QP_MAX_SIZE as i64) as u32,
+            inline_configured: value("inline_default").is_some(),
             // Rounded to what the 8-bit scale of the connection data can carry.
             iomap_size: crate::rsocket::wire::scale_decode(crate::rsocket::wire::scale_encode(iomap as u16)) as u32,
             polling_time_us: get("polling_time", 10).max(0) as u64,

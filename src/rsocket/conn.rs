@@ -190,6 +190,11 @@ impl Conn {
         let (sq, rq) = (clamp(z.sq_size), clamp(z.rq_size));
         let msg_send = is_iwarp(verbs) || std::env::var_os("RDMACM_RS_RSOCKET_MSG_SEND").is_some_and(|v| v == "1");
         let mut inline = z.sq_inline.min(RS_QP_MAX_SIZE);
+        if !z.inline_asked && crate::backend::kind() == crate::backend::Kind::Soft {
+            // Inline costs softverbs nothing and spares the copy into the send buffer
+            // (softverbs grants what is asked, up to 64 KiB).
+            inline = RS_MAX_TRANSFER as u32;
+        }
         if msg_send && inline < 4 {
             inline = 4;
         }
@@ -215,7 +220,7 @@ impl Conn {
             cq.destroy();
             Err(e)
         };
-        // The QP's actual inline size, as upstream (softverbs grants 64 KiB: zero-copy sends).
+        // The QP's actual inline size, as upstream.
         let sq_inline = attr.cap.max_inline_data.clamp(if msg_send { 4 } else { 0 }, RS_MAX_TRANSFER as u32);
         let pd = id.pd();
         let rbuf_size = z.rbuf_size & !1;

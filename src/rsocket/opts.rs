@@ -23,6 +23,8 @@ pub struct Opts {
     pub sq_size: u32,
     pub rq_size: u32,
     pub sq_inline: u32,
+    /// The inline size was asked for (configuration or RDMA_INLINE).
+    pub inline_asked: bool,
     pub sbuf_size: usize,
     pub rbuf_size: usize,
     pub iomap_size: u32,
@@ -57,6 +59,7 @@ impl Default for Opts {
             sq_size: c.sqsize_default,
             rq_size: c.rqsize_default,
             sq_inline: c.inline_default,
+            inline_asked: c.inline_configured,
             sbuf_size: c.wmem_default,
             rbuf_size: c.mem_default.max(4096),
             iomap_size: c.iomap_size,
@@ -94,7 +97,10 @@ pub fn set_rdma(o: &mut Opts, name: i32, val: &[u8]) -> Result<()> {
     match name {
         RDMA_SQSIZE => o.sq_size = (int(val)? as u32).clamp(1, RS_QP_MAX_SIZE),
         RDMA_RQSIZE => o.rq_size = (int(val)? as u32).clamp(1, RS_QP_MAX_SIZE),
-        RDMA_INLINE => o.sq_inline = (int(val)? as u32).min(RS_QP_MAX_SIZE),
+        RDMA_INLINE => {
+            o.sq_inline = (int(val)? as u32).min(RS_QP_MAX_SIZE);
+            o.inline_asked = true;
+        }
         RDMA_IOMAPSIZE => {
             let v = (int(val)?.max(0) as u32).min(0x7F00) as u16;
             o.iomap_size = scale_decode(scale_encode(v)) as u32;

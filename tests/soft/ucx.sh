@@ -1,7 +1,8 @@
 #!/bin/bash
 # UCX (Debian's ucx-utils, unmodified) on the soft fabric: ucx_info -d lists soft0's
-# verbs transports, and ucx_perftest pairs run over rc_verbs and ud_verbs (UCT active
-# messages, RDMA put and get, atomic fetch-and-add; UCP tag matching over both) on 127.0.0.1, and between two
+# verbs transports, ucx_perftest pairs run over rc_verbs and ud_verbs (UCT active
+# messages, RDMA put and get, atomic fetch-and-add; UCP tag matching over both), and
+# io_demo connects through UCX's rdmacm connection manager, on 127.0.0.1 and between two
 # network namespaces joined by a veth pair (root). UCX takes a device only if its node
 # /dev/infiniband/<dev_name> exists: rdmacm-soft preloads softverbs/devnode for that.
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
@@ -43,11 +44,34 @@ A=127.0.0.1
 TLS=UCX_TLS=rc_verbs,ud_verbs,self
 perf rc_am_lat 7490 "" "" $A "-d soft0:1 -x rc_verbs -t am_lat -s 64 -n 5000"
 perf ud_am_lat 7491 "" "" $A "-d soft0:1 -x ud_verbs -t am_lat -s 64 -n 5000"
-perf rc_put_bw 7492 "" "" $A "-d soft0:1 -x rc_verbs -t put_bw -s 65536 -n 2000"
+perf rc_put_bw 7492 "" "" $A "-d soft0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 2000"
 perf rc_get_bw 7493 "" "" $A "-d soft0:1 -x rc_verbs -t get -D zcopy -s 65536 -n 2000"
 perf rc_fadd 7498 "" "" $A "-d soft0:1 -x rc_verbs -t fadd -n 2000"
 perf tag_lat 7494 "" "" $A "-t tag_lat -s 64 -n 5000" $TLS
 perf tag_bw 7495 "" "" $A "-t tag_bw -s 65536 -n 2000" $TLS
+
+# demo NAME PORT SERVER_NS CLIENT_NS ADDR: UCX's io_demo, a UCP client/server connection over
+# a socket address through UCX's rdmacm connection manager (the only one allowed), data
+# over rc_verbs/ud_verbs, reads and writes of 64 B..64 KiB checked by both sides (-q). Its
+# server never exits: stopped once the client is done. The client ends its 2000 operations
+# with "Client exit with status 'OK'" and exit 0, and the server saw no data error.
+demo() {
+	local name=$1 port=$2 sns=$3 cns=$4 addr=$5 sx=() cx=()
+	local e=(UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_TLS=rc_verbs,ud_verbs)
+	[ -n "$sns" ] && sx=(ip netns exec "$sns")
+	[ -n "$cns" ] && cx=(ip netns exec "$cns")
+	"${sx[@]}" env "${e[@]}" timeout 60 "$L" io_demo -p "$port" -d 64:65536 -q > "$out/$name.server.txt" 2>&1 &
+	local spid=$!
+	wait_port "$port" "$sns"
+	"${cx[@]}" env "${e[@]}" timeout 60 "$L" io_demo -p "$port" -d 64:65536 -q -o read,write -i 2000 "$addr" > "$out/$name.txt" 2>&1
+	local crc=$?
+	kill $spid 2>/dev/null; wait $spid 2>/dev/null
+	if [ $crc -eq 0 ] && grep -q "Client exit with status 'OK'" "$out/$name.txt" \
+		&& ! grep -qiE 'corruption|fatal|assert' "$out/$name.server.txt"; then
+		ok "$name (io_demo over rdmacm: 2000 reads and writes verified)"
+	else ko "$name" "client exit $crc" "$out/$name.server.txt" "$out/$name.txt"; fi
+}
+demo io_demo 7499 "" "" $A
 
 # Two network namespaces: the soft fabric between "hosts" (TCP links, not unix streams).
 if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
@@ -58,6 +82,7 @@ if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
 		ip -n "$nb" addr add 10.78.0.2/24 dev ub-$$; ip -n "$nb" link set ub-$$ up; ip -n "$nb" link set lo up
 		perf netns_rc_am_lat 7496 "$na" "$nb" 10.78.0.1 "-d soft0:1 -x rc_verbs -t am_lat -s 64 -n 2000"
 		perf netns_tag_lat 7497 "$na" "$nb" 10.78.0.1 "-t tag_lat -s 64 -n 2000" $TLS
+		demo netns_io_demo 7489 "$na" "$nb" 10.78.0.1
 	else ko netns "cannot create namespaces"; fi
 else echo "SKIP ucx between network namespaces (needs root and iproute2)"; fi
 

@@ -30,11 +30,15 @@ pub const MAX_QP_WR: u32 = 16384;
 /// Inline data granted a UD QP at least (rdma_xclient sends 16 inline bytes with 0
 /// requested).
 pub const MIN_INLINE: u32 = 256;
-/// Inline data granted an RC/UC QP, and the most any QP may ask for. Inline costs this
-/// device nothing: a request leaves for the socket from the application's buffer during
-/// `ibv_post_send` (only what the socket does not take then is copied), which is the
-/// zero-copy path rsockets take for messages up to the QP's inline size.
+/// The most inline data a QP may ask for. Inline costs this device nothing: a request
+/// leaves for the socket from the application's buffer during `ibv_post_send` (only what
+/// the socket does not take then is copied), which is the zero-copy path rsockets take
+/// for messages up to the QP's inline size (ours asks for this much on the soft fabric).
 pub const MAX_INLINE: u32 = 64 << 10;
+/// An RC/UC QP is granted what it asks, and at least this much per send SGE: rxe's rule
+/// (its WQE holds either the SGEs or the inline data). Never more: UCX sends a message
+/// inline whenever it fits the granted size, and its peer's receive buffers are 8 KiB.
+const INLINE_PER_SGE: u32 = 16;
 /// READs/atomics a QP may be given (`max_rd_atomic`, `max_dest_rd_atomic`): rxe's value,
 /// so that a peer that sets a QP's `max_rd_atomic` from rxe's device attributes (perftest
 /// does) is accepted.
@@ -172,7 +176,11 @@ impl Qp {
             max_recv_wr: if a.srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: if a.srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
-            max_inline_data: if kind == Kind::Ud { c.max_inline_data.max(MIN_INLINE) } else { MAX_INLINE },
+            max_inline_data: if kind == Kind::Ud {
+                c.max_inline_data.max(MIN_INLINE)
+            } else {
+                c.max_inline_data.max(c.max_send_sge.max(1) * INLINE_PER_SGE)
+            },
         };
         let (qpn, file) = crate::net::peers::alloc_qpn(pd.ctx.port());
         // SAFETY: ibv_qp is plain data; all-zero is valid (pthread objects included).

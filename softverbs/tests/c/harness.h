@@ -50,6 +50,9 @@ static struct ibv_context *open_soft(void)
 	return c;
 }
 
+/* Inline data ep_init's QPs ask for. */
+static uint32_t ep_inline;
+
 static int ep_init(struct ep *e, enum ibv_qp_type t, int access, size_t len, struct ibv_srq *srq)
 {
 	memset(e, 0, sizeof(*e));
@@ -63,7 +66,8 @@ static int ep_init(struct ep *e, enum ibv_qp_type t, int access, size_t len, str
 	memset(e->buf, 0, len);
 	e->mr = ibv_reg_mr(e->pd, e->buf, len, access);
 	struct ibv_qp_init_attr ia = { .send_cq = e->cq, .recv_cq = e->cq, .srq = srq,
-		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 4, .max_recv_sge = 4 },
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 4, .max_recv_sge = 4,
+			 .max_inline_data = ep_inline },
 		.qp_type = t, .sq_sig_all = 0 };
 	e->qp = ibv_create_qp(e->pd, &ia);
 	return (e->pd && e->ch && e->cq && e->mr && e->qp) ? 0 : -1;

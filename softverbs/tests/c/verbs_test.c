@@ -338,10 +338,20 @@ static int t_inline_and_bad_input(void)
 {
 	struct ep a, b;
 	CHECK(!ep_init(&a, IBV_QPT_RC, RW, 4096, NULL), "init");
-	/* max_inline_data 0 requested, 16 inline bytes still accepted (rdma_xclient) */
+	/* max_inline_data 0 requested, 16 inline bytes still accepted (rdma_xclient): rxe's
+	 * rule, 16 bytes per send SGE at least, and no more than that (UCX sends whatever fits
+	 * the granted size inline, to receive buffers of 8 KiB) */
 	struct ibv_qp_init_attr ia = { .send_cq = a.cq, .recv_cq = a.cq, .cap = { 2, 2, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
 	struct ibv_qp *q = ibv_create_qp(a.pd, &ia);
-	CHECK(q && ia.cap.max_inline_data >= 16, "inline granted %u", ia.cap.max_inline_data);
+	CHECK(q && ia.cap.max_inline_data == 16, "inline granted %u for 0 asked, 1 SGE", ia.cap.max_inline_data);
+	ibv_destroy_qp(q);
+	struct ibv_qp_init_attr ib = { .send_cq = a.cq, .recv_cq = a.cq, .cap = { 2, 2, 5, 1, 64 }, .qp_type = IBV_QPT_RC };
+	q = ibv_create_qp(a.pd, &ib);
+	CHECK(q && ib.cap.max_inline_data == 80, "inline granted %u for 64 asked, 5 SGEs", ib.cap.max_inline_data);
+	ibv_destroy_qp(q);
+	struct ibv_qp_init_attr ic = { .send_cq = a.cq, .recv_cq = a.cq, .cap = { 2, 2, 1, 1, 1000 }, .qp_type = IBV_QPT_RC };
+	q = ibv_create_qp(a.pd, &ic);
+	CHECK(q && ic.cap.max_inline_data == 1000, "inline granted %u for 1000 asked", ic.cap.max_inline_data);
 	ibv_destroy_qp(q);
 	/* verbs-boundary errors */
 	errno = 0;
@@ -911,7 +921,10 @@ static int t_inline_bulk(void)
 	const uint32_t K64 = 64 * 1024;
 	struct ep a, b;
 	struct ibv_wc wc[32];
-	CHECK(!rc_pair_len(&a, &b, 64 * (size_t)K64), "setup");
+	ep_inline = K64;
+	int r = rc_pair_len(&a, &b, 64 * (size_t)K64);
+	ep_inline = 0;
+	CHECK(!r, "setup");
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;
 	CHECK(!ibv_query_qp(a.qp, &qa, IBV_QP_CAP, &qi) && qa.cap.max_inline_data >= K64, "RC inline %u", qa.cap.max_inline_data);
