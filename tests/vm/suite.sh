@@ -14,8 +14,7 @@
 #   pyverbs      rdma-core's pyverbs RDMA-CM tests (tests/pyverbs/run.sh), with
 #                Debian's library, then with ours
 #   same-failure pairs that fail on this device with Debian's library too
-#                (VM_SAME_FAILURE, e.g. "udaddy mckey" on siw, fi_pingpong_rdm on
-#                rxe; VM_SAME_T seconds per program, default 5): ours must print
+#                (VM_SAME_FAILURE, e.g. "udaddy mckey" on siw): ours must print
 #                the same and exit the same (tests/vm/same-as-debian.sh)
 #   rsocket      rsockets against Debian's (tests/rsocket/vm-interop.sh). It
 #                runs beside the sections after the utils ones: its ports
@@ -166,7 +165,7 @@ fi
 
 if on same-failure; then
 	t0=$(now)
-	tally same-failure 1 < <(T=${VM_SAME_T:-5} bash tests/vm/same-as-debian.sh ${VM_SAME_FAILURE:-udaddy mckey} 2>&1)
+	tally same-failure 1 < <(bash tests/vm/same-as-debian.sh ${VM_SAME_FAILURE:-udaddy mckey} 2>&1)
 	say "[same-failure] done in $(took "$t0")"
 fi
 

@@ -613,7 +613,8 @@ impl Transport for Engine {
                 let _ = h.join();
             }
         }
-        lock(&self.shared.held).clear();
+        // What a polling thread held back leaves before the links close (see Qp::release_held).
+        self.shared.flush_held();
         lock(&self.shared.resumed).clear();
         *lock(&self.shared.rings) = Arc::new(Vec::new());
         let links: Vec<Arc<TcpLink>> = lock(&self.conns).drain().map(|(_, l)| l).collect();

@@ -254,10 +254,23 @@ impl Qp {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<()> {
+        if mask & IBV_QP_STATE != 0 && matches!(attr.qp_state, IBV_QPS_ERR | IBV_QPS_RESET) {
+            self.release_held();
+        }
         let mut st = lock(&self.st);
         let r = self.modify_locked(&mut st, attr, mask);
         self.publish(&st);
         r
+    }
+
+    /// Sends the responses (ACKs) a polling thread of this context held back to ride on
+    /// its next request: a NIC sends them as it receives, and a QP taken down now (by
+    /// rdma_disconnect, or destroyed) would otherwise leave the peer's last SEND unacked,
+    /// to fail once the link closes (fi_pingpong's server: ECANCELED after its last "fin").
+    fn release_held(&self) {
+        if let Some(n) = self.ctx.net() {
+            n.kick();
+        }
     }
 
     /// Tells same-host peers what they may do to this QP directly (`core::window`).
@@ -443,6 +456,7 @@ impl Qp {
 
     /// Destroy: leave every table, close links, wait for acks of async events.
     pub fn destroy(self: &Arc<Qp>) {
+        self.release_held();
         {
             let mut st = lock(&self.st);
             st.destroyed = true;
