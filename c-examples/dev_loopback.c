@@ -9,7 +9,8 @@
  *   1. rdma_getaddrinfo(NULL, port) without RAI_PASSIVE: which addresses;
  *   2. rdma_bind_addr(127.0.0.1): ret/errno, id->verbs set or NULL;
  *   3. rdma_resolve_addr(no source, 127.0.0.1): the event, id->verbs, and
- *      whether the local address is loopback or the device's (ADDR);
+ *      whether the local address is loopback or the device's (ADDR); on siw
+ *      the kernel refuses it at once (EINVAL);
  *   4. the same for ::1;
  *   5. rdma_bind_addr(ADDR): the device's own address attaches it.
  * The soft fabric differs in 2 and 4 (expected/dev_loopback.soft.txt): there
