@@ -8,13 +8,8 @@
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-L=$PWD/build/bin/rdmacm-soft
-out=build/soft-tests/libfabric; rm -rf "$out"; mkdir -p "$out"
 . tests/soft/lib.sh
-pass=0; fail=0
-ok() { echo "PASS libfabric $1"; pass=$((pass+1)); }
-ko() { echo "FAIL libfabric $1: $2"; fail=$((fail+1)); shift 2; local f; for f in "$@"; do [ -s "$f" ] && { echo "--- $f"; tail -n 8 "$f"; }; done; }
-if ! command -v fi_pingpong > /dev/null; then ko setup "libfabric-bin missing (tools/install-deps.sh)"; echo "$pass passed, $fail failed"; exit 1; fi
+suite libfabric fi_pingpong libfabric-bin
 
 if timeout 30 "$L" fi_info -p verbs > "$out/info.txt" 2>&1 \
 	&& grep -q 'domain: soft0$' "$out/info.txt" && grep -q 'FI_EP_MSG' "$out/info.txt" \
@@ -50,6 +45,4 @@ if grep -q 'name: soft0$' "$out/info-v.txt" && [ -n "$max" ] && [ "$max" -ge 104
 	ping "msg-max_msg_size" 7482 "" "" 127.0.0.1 verbs msg "$((max >> 20))m" -S "$max" -I 2
 else ko "fi_info -v" "no max_msg_size of 1 MiB or more for soft0" "$out/info-v.txt"; fi
 
-echo "libfabric: $pass passed, $fail failed"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+suite_end

@@ -8,13 +8,8 @@
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-L=$PWD/build/bin/rdmacm-soft
-out=build/soft-tests/ucx; rm -rf "$out"; mkdir -p "$out"
 . tests/soft/lib.sh
-pass=0; fail=0
-ok() { echo "PASS ucx $1"; pass=$((pass+1)); }
-ko() { echo "FAIL ucx $1: $2"; fail=$((fail+1)); shift 2; local f; for f in "$@"; do [ -s "$f" ] && { echo "--- $f"; tail -n 8 "$f"; }; done; }
-if ! command -v ucx_perftest > /dev/null; then ko setup "ucx-utils missing (tools/install-deps.sh)"; echo "$pass passed, $fail failed"; exit 1; fi
+suite ucx ucx_perftest ucx-utils
 
 if timeout 30 "$L" ucx_info -d > "$out/info.txt" 2>&1 \
 	&& grep -A1 'Transport: rc_verbs' "$out/info.txt" | grep -q 'Device: soft0:1' \
@@ -86,6 +81,4 @@ if [ "$(id -u)" -eq 0 ] && command -v ip > /dev/null; then
 	else ko netns "cannot create namespaces"; fi
 else echo "SKIP ucx between network namespaces (needs root and iproute2)"; fi
 
-echo "ucx: $pass passed, $fail failed"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+suite_end
