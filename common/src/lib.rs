@@ -5,4 +5,5 @@
 pub mod errno;
 pub mod inthash;
 pub mod sock;
+pub mod thread;
 pub mod trace;

@@ -939,7 +939,7 @@ fn svc_register(d: &Arc<Dgram>) {
         let me = std::process::id();
         if *pid != me {
             *pid = me;
-            let _ = std::thread::Builder::new().name("rsocket-udp".into()).spawn(svc_run);
+            let _ = common::thread::spawn("rsocket-udp", svc_run);
         }
     }
     svc.cmd.raise();

@@ -27,7 +27,7 @@ pub fn register(s: &Arc<Stream>) {
         let me = std::process::id();
         if *pid != me {
             *pid = me;
-            let _ = std::thread::Builder::new().name("rsocket-listen".into()).spawn(run);
+            let _ = common::thread::spawn("rsocket-listen", run);
         }
     }
     svc.cmd.raise();

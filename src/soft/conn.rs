@@ -226,7 +226,7 @@ pub fn connect(s: &Arc<SoftId>, p: ConnParam) -> Result<()> {
     };
     // The TCP connect (and its retries) happens off the caller's thread:
     // rdma_connect only starts the connection, its outcome is an event.
-    std::thread::spawn(go);
+    common::thread::spawn("rdmacm-connect", go).map_err(|_| Errno(libc::EAGAIN))?;
     Ok(())
 }
 

@@ -77,10 +77,7 @@ pub fn get() -> &'static Arc<Engine> {
         });
         e.add_fd(e.wake.raw(), 0);
         let run = e.clone();
-        std::thread::Builder::new()
-            .name("rdmacm-soft".into())
-            .spawn(move || run.run())
-            .expect("spawn rdmacm-soft thread");
+        common::thread::spawn("rdmacm-soft", move || run.run()).expect("spawn rdmacm-soft thread");
         e
     })
 }

@@ -379,7 +379,7 @@ impl Backend for Soft {
             // A remote host: answer once it proved reachable (what ARP tells the kernel).
             let s2 = s.clone();
             let wait = Duration::from_millis(timeout_ms.clamp(100, 60_000) as u64);
-            std::thread::spawn(move || {
+            let _ = common::thread::spawn("rdmacm-resolve", move || {
                 let probe = SocketAddr::new(dst.ip(), if dst.port() == 0 { 9 } else { dst.port() });
                 let r = match std::net::TcpStream::connect_timeout(&probe, wait) {
                     Ok(_) => Ok(()),

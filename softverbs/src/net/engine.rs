@@ -201,15 +201,13 @@ impl Engine {
         });
         let weak_ctx = Arc::downgrade(ctx);
         let e2 = eng.clone();
-        let h = std::thread::Builder::new()
-            .name("softverbs".into())
-            .spawn(move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e2.run(&weak_ctx)));
-                if r.is_err() {
-                    eprintln!("libibverbs (softverbs): progress thread failed; the context stops moving data");
-                }
-            })
-            .map_err(|_| Errno::ENOMEM)?;
+        let h = common::thread::spawn("softverbs", move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e2.run(&weak_ctx)));
+            if r.is_err() {
+                eprintln!("libibverbs (softverbs): progress thread failed; the context stops moving data");
+            }
+        })
+        .map_err(|_| Errno::ENOMEM)?;
         let _ = eng.shared.thread.set(h.thread().clone());
         *lock(&eng.thread) = Some(h);
         Ok(eng)
