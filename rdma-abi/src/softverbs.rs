@@ -65,6 +65,11 @@ pub struct softverbs_cm_ops {
     /// handed to this one. Comm IDs this CM chooses carry the context port in their high
     /// 16 bits, for the same reason.
     pub roce_service: Option<unsafe extern "C" fn(ctx: *mut ibv_context, service_id: u64, listen: c_int) -> c_int>,
+    /// Delivers to the context's QPs, without blocking, the frames already waiting for
+    /// them (in shared-memory rings and socket buffers): the CM calls it before it
+    /// reports a disconnect, which travels apart from the data the peer sent before it.
+    /// Returns 0 or an errno value. Present when `size` covers it.
+    pub ctx_drain: Option<unsafe extern "C" fn(ctx: *mut ibv_context) -> c_int>,
 }
 
 /// Current `softverbs_cm_ops.version`.
@@ -78,7 +83,7 @@ pub type softverbs_cm_ops_fn = unsafe extern "C" fn() -> *const softverbs_cm_ops
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<softverbs_cm_ops>() == 72);
+    assert!(size_of::<softverbs_cm_ops>() == 80);
     assert!(align_of::<softverbs_cm_ops>() == 8);
     assert!(offset_of!(softverbs_cm_ops, size) == 0);
     assert!(offset_of!(softverbs_cm_ops, version) == 4);
@@ -90,4 +95,5 @@ const _: () = {
     assert!(offset_of!(softverbs_cm_ops, mad_recv) == 48);
     assert!(offset_of!(softverbs_cm_ops, mad_send) == 56);
     assert!(offset_of!(softverbs_cm_ops, roce_service) == 64);
+    assert!(offset_of!(softverbs_cm_ops, ctx_drain) == 72);
 };

@@ -58,6 +58,11 @@ struct softverbs_cm_ops {
 	 * soft-fabric process owning UDP 4791 here hands this one the REQs for it. The
 	 * CM's comm IDs carry the context port in their high 16 bits likewise. */
 	int (*roce_service)(struct ibv_context *ctx, uint64_t service_id, int listen);
+	/* Delivers to the context's QPs, without blocking, the frames already waiting
+	 * for them (shared-memory rings, socket buffers): the CM calls it before it
+	 * reports a disconnect, which travels apart from the data sent before it.
+	 * 0 or an errno value. Present when size covers it. */
+	int (*ctx_drain)(struct ibv_context *ctx);
 };
 
 /* Exported as softverbs_cm_ops@@SOFTVERBS_1.0. Never NULL. */

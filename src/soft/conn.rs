@@ -119,6 +119,30 @@ pub(super) fn error_qp(s: &SoftId) {
     }
 }
 
+/// Frames the peer sent before its DREQ, or before it went away, reach our QP
+/// before DISCONNECTED reaches the application: the CM message travels on its
+/// own connection and can overtake them, and an application that closes its QP
+/// on DISCONNECTED would then lose receives a NIC had completed (its last
+/// message flushed, or a completion left for a QP it has destroyed).
+fn deliver_sent(s: &SoftId) {
+    let Some(drain) = super::hook::ctx_drain() else { return };
+    let ctx = {
+        let _qp = s.core.lock_qp();
+        let qp = s.qp();
+        if qp.is_null() {
+            match dev() {
+                Ok(d) => d.ctx as *mut ibv_context,
+                Err(_) => return,
+            }
+        } else {
+            // SAFETY: the id's live QP, not destroyed while we hold its lock.
+            unsafe { (*qp).context }
+        }
+    };
+    // SAFETY: a context of the soft device, open while ids use it.
+    unsafe { drain(ctx) };
+}
+
 fn send(s: &Arc<SoftId>, m: &Msg) -> Result<()> {
     if s.st().roce.is_some() {
         return super::ibcm::send(s, m);
@@ -651,7 +675,10 @@ pub fn on_msg(s: &Arc<SoftId>, m: Msg) {
                     let _ = send(s, &Msg::new(Kind::Drep));
                     disconnected(s, true);
                 }
-                Ok(_) => s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false),
+                Ok(_) => {
+                    deliver_sent(s);
+                    s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false)
+                }
                 Err(_) => {}
             }
         }
@@ -680,6 +707,7 @@ pub fn on_eof(s: &Arc<SoftId>, _c: &Arc<Conn>) {
     };
     match moved {
         Ok(Phase::Connected | Phase::RepSent | Phase::ConnResponse | Phase::DreqSent) => {
+            deliver_sent(s);
             error_qp(s);
             s.post(RDMA_CM_EVENT_DISCONNECTED, 0, Param::zeroed(), Vec::new(), false);
             timewait(s);

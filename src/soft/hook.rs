@@ -64,3 +64,13 @@ pub fn roce() -> Option<&'static SoftverbsCmOps> {
     let o = table()?;
     (o.1 >= std::mem::offset_of!(softverbs_cm_ops, roce_service) + 8).then_some(o.0)
 }
+
+/// `ctx_drain`, when this softverbs offers it.
+pub fn ctx_drain() -> Option<unsafe extern "C" fn(*mut rdma_abi::verbs::ibv_context) -> i32> {
+    let o = table()?;
+    if o.1 >= std::mem::offset_of!(softverbs_cm_ops, ctx_drain) + 8 {
+        o.0.ctx_drain
+    } else {
+        None
+    }
+}

@@ -161,6 +161,16 @@ op! {
     }
 }
 
+op! {
+    errno fn ctx_drain(context: *mut ibv_context) -> c_int {
+        let ctx = handles::ctx(context)?;
+        if let Some(net) = ctx.net() {
+            net.drain(&ctx);
+        }
+        Ok(0)
+    }
+}
+
 static OPS: softverbs_cm_ops = softverbs_cm_ops {
     size: std::mem::size_of::<softverbs_cm_ops>() as u32,
     version: SOFTVERBS_CM_OPS_VERSION,
@@ -172,6 +182,7 @@ static OPS: softverbs_cm_ops = softverbs_cm_ops {
     mad_recv: Some(mad_recv),
     mad_send: Some(mad_send),
     roce_service: Some(roce_service),
+    ctx_drain: Some(ctx_drain),
 };
 
 export! {

@@ -655,6 +655,18 @@ impl Transport for Engine {
         self.shared.flush_held_aged();
     }
 
+    fn drain(&self, ctx: &Arc<Context>) {
+        if self.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        let links: Vec<Arc<TcpLink>> = lock(&self.conns).values().cloned().collect();
+        for l in links {
+            // As the progress thread: wait for the link's receive lock, so a frame another
+            // thread is handling right now has been delivered too.
+            self.on_conn_event(ctx, &l, libc::EPOLLIN as u32, true);
+        }
+    }
+
     fn roce(&self) -> Option<&Arc<crate::roce::endpoint::Endpoint>> {
         self.roce.as_ref()
     }

@@ -91,6 +91,10 @@ pub trait Transport: Send + Sync {
     /// Called by every `ibv_poll_cq`: sends responses a polling thread held back once they
     /// waited through a couple of polls (cheap when there are none).
     fn flush_held(&self);
+    /// Reads every stream and ring link now, waiting for a thread that is reading one
+    /// to finish: what peers had sent before this call has reached its QPs when it
+    /// returns (up to a bounded number of frames per link).
+    fn drain(&self, ctx: &Arc<crate::core::context::Context>);
     /// The context's RoCEv2 endpoint, if it has one.
     fn roce(&self) -> Option<&Arc<crate::roce::endpoint::Endpoint>> {
         None

@@ -645,7 +645,7 @@ static int t_registry_without_hook(void)
 static int t_hook_layout(void)
 {
 	/* the same numbers rdma-abi/src/softverbs.rs asserts for its Rust mirror */
-	_Static_assert(sizeof(struct softverbs_cm_ops) == 72, "size");
+	_Static_assert(sizeof(struct softverbs_cm_ops) == 80, "size");
 	_Static_assert(offsetof(struct softverbs_cm_ops, version) == 4, "version");
 	_Static_assert(offsetof(struct softverbs_cm_ops, qp_endpoint) == 8, "qp_endpoint");
 	_Static_assert(offsetof(struct softverbs_cm_ops, add_peer) == 16, "add_peer");
@@ -655,6 +655,7 @@ static int t_hook_layout(void)
 	_Static_assert(offsetof(struct softverbs_cm_ops, mad_recv) == 48, "mad_recv");
 	_Static_assert(offsetof(struct softverbs_cm_ops, mad_send) == 56, "mad_send");
 	_Static_assert(offsetof(struct softverbs_cm_ops, roce_service) == 64, "roce_service");
+	_Static_assert(offsetof(struct softverbs_cm_ops, ctx_drain) == 72, "ctx_drain");
 	const struct softverbs_cm_ops *ops = softverbs_cm_ops();
 	CHECK(ops && ops == cm_ops() && ops->size == sizeof(*ops) && ops->version == SOFTVERBS_CM_OPS_VERSION, "ops table");
 	struct ep a;
@@ -684,6 +685,8 @@ static int t_hook_layout(void)
 	CHECK(ops->mad_recv(NULL, mad, NULL, NULL) == EINVAL, "mad_recv NULL context");
 	CHECK(ops->roce_service(a.ctx, 0x10600001234ull, 1) == 0 && ops->roce_service(a.ctx, 0x10600001234ull, 0) == 0, "roce_service");
 	CHECK(ops->roce_service(NULL, 1, 1) == EINVAL, "roce_service NULL context");
+	CHECK(ops->size >= offsetof(struct softverbs_cm_ops, ctx_drain) + sizeof(ops->ctx_drain) && ops->ctx_drain(a.ctx) == 0, "ctx_drain");
+	CHECK(ops->ctx_drain(NULL) == EINVAL, "ctx_drain NULL context");
 	ep_fini(&a);
 	return 0;
 }
