@@ -10,6 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/soft/lib.sh
 suite libfabric fi_pingpong libfabric-bin
+# libfabric's crash handler writes its backtrace file into the working directory.
+out=$PWD/$out L=$L; cd "$out" || exit 1
 
 if timeout 30 "$L" fi_info -p verbs > "$out/info.txt" 2>&1 \
 	&& grep -q 'domain: soft0$' "$out/info.txt" && grep -q 'FI_EP_MSG' "$out/info.txt" \
