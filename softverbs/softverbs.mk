@@ -8,7 +8,7 @@ SV_SONAME    := libibverbs.so.1
 SV_REALNAME  := libibverbs.so.1.14.0
 SV_STATICLIB := $(TARGET_DIR)/$(PROFILE)/libsoftverbs.a
 
-.PHONY: softverbs softverbs-staticlib softverbs-devnode test-softverbs
+.PHONY: softverbs softverbs-staticlib softverbs-devnode test-softverbs test-softverbs-limits
 
 softverbs-staticlib:
 	$(CARGO) build $(CARGO_FLAGS) -p softverbs
@@ -35,3 +35,6 @@ softverbs-devnode:
 
 test-softverbs: $(BUILD_DEP)
 	bash $(SV_DIR)/tests/run.sh
+
+test-softverbs-limits: $(BUILD_DEP)
+	bash $(SV_DIR)/tests/limits.sh
