@@ -94,6 +94,15 @@ if want rnr_pair; then
 		pair rnr_pair 1 7315 "$PWD/$out/rnr_pair server $A 7315" "$PWD/$out/rnr_pair client $A 7315" "rnr_pair: ok"
 	else echo "FAIL rnr_pair: does not build"; cat "$out/rnr_pair.build"; fail=$((fail+1)); fi
 fi
+# A disconnect does not overtake the data sent before it: a server stopped while the
+# client takes its message and disconnects still sees its send succeed once woken, after
+# DISCONNECTED and its own rdma_disconnect (tests/soft/disc_pair.c).
+if want disc_pair; then
+	if cc -Wall -Wextra -Werror -O1 -Iinclude -Ic-examples -o "$out/disc_pair" tests/soft/disc_pair.c -Lbuild/lib -lrdmacm -libverbs \
+		-Wl,-rpath-link,build/lib > "$out/disc_pair.build" 2>&1; then
+		pair disc_pair 1 7319 "$PWD/$out/disc_pair server $A 7319" "$PWD/$out/disc_pair client $A 7319" "disc_pair: ok"
+	else echo "FAIL disc_pair: does not build"; cat "$out/disc_pair.build"; fail=$((fail+1)); fi
+fi
 
 if [ -n "${SOFT_WIRE:-}" ]; then
 	# Verbs-only pairs (QP numbers over their own TCP), the wire chosen by softverbs.
