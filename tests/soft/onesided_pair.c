@@ -306,7 +306,7 @@ static int client(struct rdma_addrinfo *ai)
 
 int main(int argc, char **argv)
 {
-	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *ai;
+	struct rdma_addrinfo *ai;
 	int srv, fails;
 
 	if ((argc != 4 && argc != 5) || (strcmp(argv[1], "server") && strcmp(argv[1], "client")) ||
@@ -317,13 +317,7 @@ int main(int argc, char **argv)
 	srv = !strcmp(argv[1], "server");
 	refuse = argc == 5 && !strcmp(argv[4], "refuse");
 	stream_only = argc == 5;
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (srv)
-		hints.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &ai))
-		die("rdma_getaddrinfo");
-	if (!(ch = rdma_create_event_channel()))
-		die("rdma_create_event_channel");
+	ai = pair_start(argv[2], argv[3], srv);
 	fails = srv ? server(ai) : client(ai);
 	printf("%s\n", fails ? "onesided_pair: FAILED" : "onesided_pair: ok");
 	return fails != 0;

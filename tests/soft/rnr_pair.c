@@ -9,56 +9,14 @@
  * then completes with IBV_WC_SUCCESS and its bytes arrive intact.
  * Both sides ask for the same rnr_retry_count (the IB CM gives the active side
  * the REP's and the passive side the REQ's). Exit 0 when everything held. */
-#include "pair.h" /* ch, die, expect, connect_established */
-
-struct conn {
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_mr *mr;
-	char buf[4096];
-};
-
-static void make_qp(struct conn *c)
-{
-	struct ibv_qp_init_attr a = { .cap = { 4, 4, 1, 1, 0 }, .qp_type = IBV_QPT_RC };
-
-	if (!(c->pd = ibv_alloc_pd(c->id->verbs)) || !(c->cq = ibv_create_cq(c->id->verbs, 8, NULL, NULL, 0)))
-		die("ibv_alloc_pd/ibv_create_cq");
-	if (!(c->mr = ibv_reg_mr(c->pd, c->buf, sizeof(c->buf), IBV_ACCESS_LOCAL_WRITE)))
-		die("ibv_reg_mr");
-	a.send_cq = a.recv_cq = c->cq;
-	if (rdma_create_qp(c->id, c->pd, &a))
-		die("rdma_create_qp");
-}
+#include "pair.h" /* ch, die, expect, connect_established, conn, make_conn_qp, resolve_conn, poll1, pair_main */
 
 static void end(struct conn *c, int active)
 {
 	if (active && rdma_disconnect(c->id))
 		die("rdma_disconnect");
 	rdma_ack_cm_event(expect(RDMA_CM_EVENT_DISCONNECTED, 15000));
-	rdma_destroy_qp(c->id);
-	ibv_dereg_mr(c->mr);
-	ibv_destroy_cq(c->cq);
-	ibv_dealloc_pd(c->pd);
-	rdma_destroy_id(c->id);
-}
-
-/* One completion within ms; its status, or -1. */
-static int poll1(struct conn *c, int ms, struct ibv_wc *wc)
-{
-	long long until = now_ms() + ms;
-
-	while (now_ms() < until) {
-		int n = ibv_poll_cq(c->cq, 1, wc);
-
-		if (n < 0)
-			die("ibv_poll_cq");
-		if (n)
-			return wc->status;
-		sleep_ms(1);
-	}
-	return -1;
+	drop_conn(c);
 }
 
 /* The message of round r: 3000 bytes (several packets at a 1024-byte MTU). */
@@ -84,7 +42,7 @@ static int server(struct rdma_addrinfo *ai)
 		char want[3000];
 
 		rdma_ack_cm_event(ev);
-		make_qp(&c);
+		make_conn_qp(&c);
 		if (rdma_accept(c.id, &cp))
 			die("rdma_accept");
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 15000));
@@ -125,13 +83,7 @@ static int client(struct rdma_addrinfo *ai)
 		int want = r ? IBV_WC_SUCCESS : IBV_WC_RNR_RETRY_EXC_ERR, got;
 		long long t0;
 
-		if (rdma_create_id(ch, &c.id, NULL, RDMA_PS_TCP) || rdma_resolve_addr(c.id, NULL, ai->ai_dst_addr, 2000))
-			die("rdma_resolve_addr");
-		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
-		if (rdma_resolve_route(c.id, 2000))
-			die("rdma_resolve_route");
-		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
-		make_qp(&c);
+		resolve_conn(&c, ai);
 		/* Round 2 may find the server still tearing round 1 down. */
 		rdma_ack_cm_event(connect_established(c.id, &cp));
 		fill(c.buf, r);
@@ -153,22 +105,5 @@ static int client(struct rdma_addrinfo *ai)
 
 int main(int argc, char **argv)
 {
-	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *ai;
-	int srv, fails;
-
-	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: %s server|client IP PORT\n", argv[0]);
-		return 2;
-	}
-	srv = !strcmp(argv[1], "server");
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (srv)
-		hints.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &ai))
-		die("rdma_getaddrinfo");
-	if (!(ch = rdma_create_event_channel()))
-		die("rdma_create_event_channel");
-	fails = srv ? server(ai) : client(ai);
-	printf("%s\n", fails ? "rnr_pair: FAILED" : "rnr_pair: ok");
-	return fails != 0;
+	return pair_main(argc, argv, "rnr_pair", server, client);
 }
