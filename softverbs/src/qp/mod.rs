@@ -113,6 +113,10 @@ pub struct QpState {
     pub mcast: Vec<([u8; 16], Option<RegFile>)>,
     /// Inbound links we sent a NAK on: their later requests are dropped.
     pub nakked: Vec<Weak<dyn Link>>,
+    /// UD datagrams that found no receive posted, oldest first, and their payload bytes
+    /// (`ud::BACKLOG_BYTES` at most): delivered by the next `ibv_post_recv`.
+    pub ud_backlog: VecDeque<(Header, Vec<u8>)>,
+    pub ud_backlog_bytes: usize,
     pub destroyed: bool,
 }
 
@@ -227,6 +231,8 @@ impl Qp {
                 in_links: Vec::new(),
                 mcast: Vec::new(),
                 nakked: Vec::new(),
+                ud_backlog: VecDeque::new(),
+                ud_backlog_bytes: 0,
                 destroyed: false,
             }),
             events: EventCounts::default(),
@@ -358,6 +364,8 @@ impl Qp {
         st.rd_in_flight = 0;
         st.bytes_in_flight = 0;
         st.rq.clear();
+        st.ud_backlog.clear();
+        st.ud_backlog_bytes = 0;
         if let Some(l) = st.out.take() {
             l.close();
         }
@@ -398,6 +406,8 @@ impl Qp {
         for r in st.rq.drain(..) {
             self.recv_cq.push(wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn), false);
         }
+        st.ud_backlog.clear();
+        st.ud_backlog_bytes = 0;
         for p in st.inbound.drain(..) {
             responder::nak_no_qp(&p.link, &p.h);
             if p.deadline.is_some() {
@@ -450,6 +460,9 @@ impl Qp {
         }
         if !st.inbound.is_empty() {
             responder::drain(self, &mut st);
+        }
+        if !st.ud_backlog.is_empty() {
+            ud::deliver_backlog(self, &mut st);
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! wire to `G:4791` and come back from it (`roce::mcast`).
 
 use super::requester::{check_wr, inline_bytes, sges_of};
-use super::Qp;
+use super::{Qp, QpState, RecvWqe};
 use crate::core::ah::Ah;
 use crate::core::context::Context;
 use crate::core::cq::wc;
@@ -165,11 +165,41 @@ pub fn on_datagram(ctx: &Arc<Context>, h: &Header, payload: &[u8], from: Option<
             ctx.learn_ud_peer(h.sgid, h.src_qpn, from);
         }
     }
+    if qp.srq.is_none() && (st.rq.is_empty() || !st.ud_backlog.is_empty()) {
+        // No receive posted: keep it, in order, as a socket buffer would (bounded). A
+        // same-host ring delivers bursts no NIC's wire could, and udpong's protocol
+        // hangs on a lost control datagram.
+        if st.ud_backlog_bytes + payload.len() <= BACKLOG_BYTES {
+            st.ud_backlog_bytes += payload.len();
+            st.ud_backlog.push_back((*h, payload.to_vec()));
+        }
+        deliver_backlog(&qp, &mut st);
+        return;
+    }
     let r = match &qp.srq {
         Some(s) => s.take(None),
         None => st.rq.pop_front(),
     };
     let Some(r) = r else { return };
+    deliver(&qp, r, h, payload);
+}
+
+/// Payload bytes a UD QP keeps for receives not yet posted: what a UDP socket's default
+/// receive buffer holds.
+pub const BACKLOG_BYTES: usize = 208 * 1024;
+
+/// Hands backlogged datagrams to the receives posted meanwhile, oldest first.
+pub fn deliver_backlog(qp: &Qp, st: &mut QpState) {
+    while !st.rq.is_empty() {
+        let Some((h, payload)) = st.ud_backlog.pop_front() else { break };
+        st.ud_backlog_bytes -= payload.len();
+        if let Some(r) = st.rq.pop_front() {
+            deliver(qp, r, &h, &payload);
+        }
+    }
+}
+
+fn deliver(qp: &Qp, r: RecvWqe, h: &Header, payload: &[u8]) {
     let grh = grh_bytes(&h.sgid, &h.dgid, payload.len());
     let mut c = wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, qp.qpn);
     c.src_qp = h.src_qpn;
@@ -189,7 +219,6 @@ pub fn on_datagram(ctx: &Arc<Context>, h: &Header, payload: &[u8], from: Option<
             qp.recv_cq.push(c, false);
         }
     }
-    drop(st);
 }
 
 /// `ibv_attach_mcast`.
